@@ -1,0 +1,14 @@
+"""pflcore: a small, reproducible core for personalised federated learning with feature
+alignment (FedPAC, FedCP, FedFA, pFedFDA and their baselines).
+
+    >>> import pflcore
+    >>> result = pflcore.run({"method": "fedavg", "rounds": 5})  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .config import ConfigError, ExperimentConfig
+from .engine import RunResult, run, sweep
+
+__all__ = ["ConfigError", "ExperimentConfig", "RunResult", "__version__", "run", "sweep"]

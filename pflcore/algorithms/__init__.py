@@ -1,0 +1,30 @@
+"""Federated-learning methods, one file each, all implementing :class:`Algorithm`."""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Algorithm, Client, FederationInfo
+from .fedavg import FedAvg
+from .fedavg_ft import FedAvgFT
+from .fedbabu import FedBABU
+from .fedper import FedPer
+from .fedprox import FedProx
+from .fedrep import FedRep
+from .lg_fedavg import LGFedAvg
+from .local import Local
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU)
+}
+
+
+def make_algorithm(name: str, **params: Any) -> Algorithm:
+    """Instantiate a registered method with its hyperparameters."""
+    if name not in ALGORITHMS:
+        from ..config import ConfigError
+
+        raise ConfigError(f"method {name!r} is unknown; choose one of {sorted(ALGORITHMS)}.")
+    return ALGORITHMS[name](**params)
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "Client", "FederationInfo", "make_algorithm", *[c.__name__ for c in ALGORITHMS.values()]]

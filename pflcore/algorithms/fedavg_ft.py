@@ -1,0 +1,23 @@
+"""FedAvg-FT: FedAvg training; before evaluation each client fine-tunes the global model
+on its own train data (FedPAC section 5, pFedFDA appendix C.3: 5 local epochs)."""
+from __future__ import annotations
+
+from torch import nn
+
+from ..models import SplitModel
+from .base import Client, load
+from .fedavg import FedAvg
+
+
+class FedAvgFT(FedAvg):
+    name = "fedavg_ft"
+    paper = "FedAvg + local fine-tuning (Xu et al. ICLR 2023, Table 1)"
+    defaults = {"ft_epochs": 5}
+
+    def shared_predictor(self, state: dict, model: SplitModel) -> None:
+        return None
+
+    def predictor(self, state: dict, client: Client) -> nn.Module:
+        model = load(client.model, state["model"])
+        client.train(model.parameters(), epochs=int(self.ft_epochs))
+        return model

@@ -1,0 +1,31 @@
+"""Local-only: each client trains its own model on its own data; nothing is shared.
+Every client starts from the same seeded initial model (FedPAC Table 1, "Local-only")."""
+from __future__ import annotations
+
+from torch import nn
+
+from ..models import SplitModel
+from .base import Algorithm, Client, FederationInfo, load, snapshot
+
+
+class Local(Algorithm):
+    name = "local"
+    paper = "Local-only baseline"
+
+    def init(self, model: SplitModel, info: FederationInfo) -> dict:
+        return {"init": snapshot(model)}
+
+    def payload(self, state: dict, client_id: int) -> dict:
+        return {"init": state["init"]}
+
+    def local_update(self, payload: dict, client: Client) -> dict:
+        model = load(client.model, client.state.get("model", payload["init"]))
+        loss = client.train(model.parameters())
+        client.state["model"] = snapshot(model)
+        return {"num_samples": client.num_samples, "loss": loss}
+
+    def aggregate(self, state: dict, updates: dict) -> dict:
+        return state
+
+    def predictor(self, state: dict, client: Client) -> nn.Module:
+        return load(client.model, client.state.get("model", state["init"]))

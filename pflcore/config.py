@@ -1,0 +1,145 @@
+"""Experiment configuration: one dataclass, validated before any work starts.
+
+A bad value gets one sentence naming the field, the value and what is allowed
+(:class:`ConfigError`). Configs round-trip through plain dicts / YAML so that a results
+directory records exactly what ran.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message is one sentence."""
+
+
+def _default_partition() -> dict:
+    return {"kind": "dominant", "s": 0.2, "samples_per_client": 600}
+
+
+@dataclass
+class ExperimentConfig:
+    """Everything that determines a run. Defaults follow FedPAC's FMNIST setting (B.2)."""
+
+    method: str = "fedavg"
+    method_params: dict = field(default_factory=dict)
+    dataset: str = "fmnist"
+    data_root: str | None = None
+    model: str = "fedpac_cnn"
+    partition: dict = field(default_factory=_default_partition)
+    num_clients: int = 20
+    rounds: int = 200
+    participation: float = 1.0
+    full_last_round: bool = False
+    dropout: list[float] | None = None  # [rho_min, rho_max]: FedCP Table 7 drop-out
+    local_epochs: int = 5
+    batch_size: int = 50
+    lr: float = 0.01
+    momentum: float = 0.5
+    weight_decay: float = 5e-4
+    eval_every: int = 1
+    checkpoint_every: int = 10
+    seed: int = 0
+    device: str = "cpu"
+    name: str | None = None
+    output_dir: str = "results"
+    quiet: bool = False
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "ExperimentConfig":
+        """Build from a mapping, rejecting unknown keys with the list of allowed ones."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(f"unknown config field {unknown[0]!r}; allowed fields are {sorted(names)}.")
+        cfg = cls(**dict(values))
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> "ExperimentConfig":
+        import yaml
+
+        with open(path) as f:
+            values = yaml.safe_load(f) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of fields, got {type(values).__name__}.")
+        values.update(overrides)
+        return cls.from_dict(values)
+
+    def replace(self, **changes: Any) -> "ExperimentConfig":
+        """A validated copy with some fields changed."""
+        return ExperimentConfig.from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ identity
+    def fingerprint(self) -> str:
+        """Hash of every field that changes the numbers (not name/output/quiet/eval/checkpoint cadence)."""
+        ignored = {"name", "output_dir", "quiet", "checkpoint_every", "data_root", "device"}
+        payload = {k: v for k, v in self.to_dict().items() if k not in ignored}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+    def run_name(self) -> str:
+        return self.name or f"{self.method}-{self.dataset}-{self.fingerprint()}"
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Check every field; raise ConfigError with one sentence on the first bad one."""
+        from .algorithms import ALGORITHMS
+        from .data.partition import PARTITIONERS
+        from .data.sources import DATASETS, canonical_name
+        from .models import MODELS
+
+        def bad(name: str, allowed: str) -> ConfigError:
+            return ConfigError(f"config field {name!r} = {getattr(self, name)!r} is not allowed: {allowed}.")
+
+        if self.method not in ALGORITHMS:
+            raise bad("method", f"choose one of {sorted(ALGORITHMS)}")
+        if not isinstance(self.method_params, dict):
+            raise bad("method_params", "it must be a mapping of the method's hyperparameters")
+        try:
+            canonical_name(self.dataset)
+        except ValueError:
+            raise bad("dataset", f"choose one of {list(DATASETS)}") from None
+        if self.model not in MODELS:
+            raise bad("model", f"choose one of {sorted(MODELS)}")
+        if not isinstance(self.partition, dict) or self.partition.get("kind") not in PARTITIONERS:
+            raise bad("partition", f"it must be a mapping whose 'kind' is one of {sorted(PARTITIONERS)}")
+        for name in ("num_clients", "rounds", "batch_size", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(name, "it must be an integer >= 1")
+        if not isinstance(self.local_epochs, int) or isinstance(self.local_epochs, bool) or self.local_epochs < 0:
+            raise bad("local_epochs", "it must be an integer >= 0")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise bad("seed", "it must be an integer >= 0")
+        if not _is_number(self.participation) or not 0 < self.participation <= 1:
+            raise bad("participation", "it must be a rate in (0, 1]")
+        for name in ("lr", "momentum", "weight_decay"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0 or (name == "lr" and value == 0):
+                raise bad(name, "it must be a number >= 0" + (" (and > 0)" if name == "lr" else ""))
+        if self.momentum >= 1:
+            raise bad("momentum", "it must be in [0, 1)")
+        if self.dropout is not None:
+            d = self.dropout
+            if (not isinstance(d, (list, tuple)) or len(d) != 2 or not all(_is_number(v) for v in d)
+                    or not 0 < d[0] <= d[1] <= 1):
+                raise bad("dropout", "it must be null or a range [rho_min, rho_max] with 0 < rho_min <= rho_max <= 1")
+        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+            raise bad("device", "use 'cpu', 'cuda' or 'cuda:N'")
+        if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
+            raise bad("name", "it must be a plain folder name (no '/', not starting with '.')")
+        ALGORITHMS[self.method].check_params(self.method_params)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

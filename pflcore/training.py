@@ -1,0 +1,111 @@
+"""The shared local-training primitives every method goes through.
+
+Speed is won here (``../shared/design/performance.md``): data is a tensor, each epoch's
+shuffled order is gathered once and batches are slices, the optimizer is a foreach SGD,
+and the loss is accumulated on the device (one ``.item()`` per call, none per step).
+Randomness comes only from the generator passed in, so a client's work is a pure
+function of (weights, data, generator).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimiser settings for one local-training call (SGD as in all four papers)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    momentum: float = 0.5
+    weight_decay: float = 5e-4
+
+
+def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The default loss: cross-entropy of ``model(x)``."""
+    return F.cross_entropy(model(x), y)
+
+
+def derive_seed(seed: int, *keys: int) -> int:
+    """A 63-bit seed determined by ``seed`` and integer keys (round, client, purpose)."""
+    state = np.random.SeedSequence([seed, *keys]).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1]))
+
+
+def generator_for(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
+    """A torch generator seeded by :func:`derive_seed`."""
+    g = torch.Generator(device=device)
+    g.manual_seed(derive_seed(seed, *keys))
+    return g
+
+
+def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor, y: torch.Tensor,
+              settings: TrainSettings, generator: torch.Generator, loss_fn: LossFn = cross_entropy) -> float:
+    """Train ``params`` of ``model`` with mini-batch SGD for ``settings.epochs`` epochs.
+
+    Parameters of ``model`` that are not in ``params`` are frozen for the call (no
+    gradient is computed for them) and restored afterwards. Each epoch visits every
+    sample once in an order drawn from ``generator``; the last batch may be smaller.
+    Returns the mean loss over all steps (NaN if training diverged).
+    """
+    params = list(params)
+    n = int(y.shape[0])
+    if settings.epochs == 0 or n == 0 or not params:
+        return 0.0
+    trainable = {id(p) for p in params}
+    saved = [(p, p.requires_grad) for p in model.parameters()]
+    for p, _ in saved:
+        p.requires_grad_(id(p) in trainable)
+    was_training = model.training
+    model.train()
+    optimizer = torch.optim.SGD(params, lr=settings.lr, momentum=settings.momentum,
+                                weight_decay=settings.weight_decay, foreach=True)
+    total = torch.zeros((), device=x.device)
+    steps = 0
+    bs = settings.batch_size
+    try:
+        for _ in range(settings.epochs):
+            order = torch.randperm(n, generator=generator, device=generator.device).to(x.device)
+            xs, ys = x[order], y[order]
+            for start in range(0, n, bs):
+                loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += loss.detach()
+                steps += 1
+    finally:
+        for p, flag in saved:
+            p.requires_grad_(flag)
+        model.train(was_training)
+    return float(total.item()) / steps
+
+
+@torch.inference_mode()
+def compute_features(model: nn.Module, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
+    """Features ``model.body(x)`` in evaluation mode, in large batches."""
+    was_training = model.training
+    model.eval()
+    out = torch.cat([model.body(x[i:i + batch_size]) for i in range(0, x.shape[0], batch_size)])
+    model.train(was_training)
+    return out
+
+
+@torch.inference_mode()
+def predict_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
+    """Boolean array: which samples of (x, y) ``model`` classifies correctly."""
+    was_training = model.training
+    model.eval()
+    hits = torch.cat([model(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]
+                      for i in range(0, x.shape[0], batch_size)]) if x.shape[0] else torch.zeros(0, dtype=torch.bool)
+    model.train(was_training)
+    return hits.cpu().numpy()

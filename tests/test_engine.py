@@ -1,0 +1,163 @@
+"""The engine: determinism, resume, results directories, validation, schedule, evaluation."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pflcore.config import ConfigError, ExperimentConfig
+from pflcore.engine import DivergenceError, ResultsConflictError, RunResult, Simulation, build_data, run
+from pflcore.engine.evaluation import client_accuracies
+from pflcore.engine.schedule import participants
+
+
+def strip(history):
+    """Round records without the wall-clock field."""
+    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+
+def test_same_seed_same_numbers(make_config, tmp_path):
+    a = run(make_config(name="a"))
+    b = run(make_config(name="b"))
+    assert strip(a.history) == strip(b.history)
+    np.testing.assert_array_equal(a.client_acc, b.client_acc)
+    c = run(make_config(name="c", seed=8))
+    assert strip(c.history) != strip(a.history)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedrep", "local"])
+def test_resume_equals_uninterrupted(make_config, method):
+    full = run(make_config(method=method, rounds=5, name="full"))
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_round_3(round_number, record):
+        if round_number == 3:
+            raise Killed
+
+    cfg = make_config(method=method, rounds=5, name="killed", checkpoint_every=2)
+    with pytest.raises(Killed):
+        run(cfg, on_round_end=kill_after_round_3)
+    assert (full.path.parent / "killed" / "checkpoint.pt").exists()
+    assert not (full.path.parent / "killed" / "summary.json").exists()
+    resumed = run(cfg)
+    assert strip(resumed.history) == strip(full.history)
+    np.testing.assert_array_equal(resumed.acc_history, full.acc_history)
+    assert not (resumed.path / "checkpoint.pt").exists()
+
+
+def test_results_directory_contents_and_skip(make_config, monkeypatch):
+    result = run(make_config(rounds=2))
+    files = {p.name for p in result.path.iterdir()}
+    assert {"config.json", "metrics.json", "clients.npz", "summary.json", "partition.npz"} <= files
+    summary = json.loads((result.path / "summary.json").read_text())
+    for key in ("acc_mean", "acc_std", "acc_weighted", "best_acc_mean", "rounds", "seconds"):
+        assert key in summary
+    assert summary["rounds"] == 2 and 0 <= summary["acc_mean"] <= 100
+    loaded = RunResult.load(result.path)
+    np.testing.assert_array_equal(loaded.client_acc, result.client_acc)
+    # A finished run is loaded, never trained again.
+    monkeypatch.setattr(Simulation, "run_round", lambda *a: pytest.fail("finished run was re-run"))
+    again = run(make_config(rounds=2))
+    assert again.summary == result.summary
+
+
+def test_results_never_silently_overwritten(make_config):
+    run(make_config(rounds=1, name="exp"))
+    with pytest.raises(ResultsConflictError, match="different experiment"):
+        run(make_config(rounds=2, name="exp"))
+    replaced = run(make_config(rounds=2, name="exp"), overwrite=True)
+    assert replaced.summary["rounds"] == 2
+
+
+def test_summary_statistics_match_client_arrays(make_config):
+    result = run(make_config(rounds=2))
+    acc = result.client_acc
+    sizes = np.load(result.path / "clients.npz")["test_sizes"]
+    assert result.summary["acc_mean"] == pytest.approx(100 * acc.mean())
+    assert result.summary["acc_std"] == pytest.approx(100 * acc.std())
+    assert result.summary["acc_weighted"] == pytest.approx(100 * (acc * sizes).sum() / sizes.sum())
+    assert result.summary["best_acc_mean"] == pytest.approx(max(h["acc_mean"] for h in result.history))
+
+
+def test_eval_every_and_always_at_end(make_config):
+    result = run(make_config(rounds=5, eval_every=2))
+    assert list(result.eval_rounds) == [2, 4, 5]
+    assert result.acc_history.shape == (3, 4)
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("method", "fedfoo", "method"),
+    ("dataset", "imagenet", "dataset"),
+    ("participation", 0.0, "participation"),
+    ("participation", 1.5, "participation"),
+    ("local_epochs", -1, "local_epochs"),
+    ("rounds", 0, "rounds"),
+    ("lr", 0, "lr"),
+    ("dropout", [0.5, 1.2], "dropout"),
+    ("partition", {"kind": "nope"}, "partition"),
+    ("method_params", {"mu": 0.1}, "mu"),
+])
+def test_bad_config_values_get_one_sentence(tmp_path, field, value, words):
+    with pytest.raises(ConfigError) as err:
+        ExperimentConfig.from_dict({"method": "fedavg", field: value, "output_dir": str(tmp_path)})
+    message = str(err.value)
+    assert words in message
+    assert message.count(". ") == 0 and message.endswith(".")
+
+
+def test_unknown_config_field(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config field 'epochs'"):
+        ExperimentConfig.from_dict({"epochs": 3})
+
+
+def test_bad_partition_parameter_fails_before_training(make_config, monkeypatch):
+    monkeypatch.setattr(Simulation, "run_round", lambda *a: pytest.fail("trained despite a bad partition"))
+    with pytest.raises(ValueError, match="alpha"):
+        run(make_config(partition={"kind": "dirichlet", "alpha": -1.0}))
+    with pytest.raises(ValueError):
+        run(make_config(num_clients=5000, partition={"kind": "iid"}))
+
+
+def test_divergence_stops_with_a_clear_message(make_config):
+    cfg = make_config(lr=1e6, momentum=0.9, rounds=4, local_epochs=3)
+    with pytest.raises(DivergenceError, match="not finite"):
+        run(cfg)
+    path = cfg.output_dir + "/" + cfg.run_name()
+    assert json.loads(open(path + "/config.json").read())["config"]["lr"] == 1e6
+
+
+def test_schedule_is_fixed_by_the_seed():
+    kw = dict(num_clients=100, rounds=10, participation=0.3, seed=3)
+    a = [participants(r, **kw) for r in range(10)]
+    b = [participants(r, **kw) for r in range(10)]
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(len(x) == 30 and len(np.unique(x)) == 30 for x in a)
+    assert not all(np.array_equal(a[0], x) for x in a[1:])
+    # The first rounds do not depend on the total number of rounds.
+    assert np.array_equal(participants(2, **{**kw, "rounds": 50}), a[2])
+    last = participants(9, **kw, full_last_round=True)
+    assert np.array_equal(last, np.arange(100))
+
+
+def test_dropout_keeps_a_fraction_in_range():
+    sizes = [len(participants(r, num_clients=50, rounds=100, dropout=(0.5, 1.0), seed=0)) for r in range(100)]
+    assert min(sizes) >= 25 and max(sizes) <= 50 and len(set(sizes)) > 5
+
+
+def test_shared_and_per_client_evaluation_agree(make_config):
+    cfg = make_config(rounds=1)
+    sim = Simulation(cfg, build_data(cfg))
+    sim.run_round(0)
+    batched = sim.evaluate(0)
+    sim.algorithm.shared_predictor = lambda state, model: None
+    per_client = client_accuracies(sim.algorithm, sim.state, sim.data, sim.model,
+                                   lambda cid: sim.client(cid, 0, 12))
+    np.testing.assert_allclose(batched, per_client)
+
+
+def test_participation_rate_samples_clients(make_config):
+    result = run(make_config(num_clients=4, participation=0.5, rounds=3, full_last_round=True))
+    assert [len(h["participants"]) for h in result.history] == [2, 2, 4]
