@@ -94,7 +94,7 @@ class ExperimentConfig:
     def validate(self) -> None:
         """Check every field; raise ConfigError with one sentence on the first bad one."""
         from .algorithms import ALGORITHMS
-        from .data.partition import PARTITIONERS
+        from .data.partition import PARTITIONERS, validate_partition_args
         from .data.sources import DATASETS, canonical_name
         from .models import MODELS
 
@@ -139,6 +139,8 @@ class ExperimentConfig:
         if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
             raise bad("name", "it must be a plain folder name (no '/', not starting with '.')")
         ALGORITHMS[self.method].check_params(self.method_params)
+        params = {k: v for k, v in self.partition.items() if k != "kind"}
+        validate_partition_args(self.partition["kind"], self.num_clients, **params)
 
 
 def _is_number(value: Any) -> bool:

@@ -51,7 +51,8 @@ class FederatedData:
             y = pooled_y[index].clone()
             for transform in transforms:
                 x, y = transform(cid, x, y)
-            return ClientSplit(x.to(device).contiguous(), y.to(device))
+            # channels_last: the CPU convolutions and max-pooling are several times faster.
+            return ClientSplit(x.to(device).contiguous(memory_format=torch.channels_last), y.to(device))
 
         self.dataset_name = dataset.name
         self.num_classes = dataset.num_classes

@@ -50,7 +50,7 @@ def initial_model(config: ExperimentConfig, data: FederatedData) -> SplitModel:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(config.seed, INIT_KEY))
         model = build_model(config.model, data.in_channels, data.num_classes, data.image_size)
-    return model.to(config.device)
+    return model.to(config.device, memory_format=torch.channels_last)
 
 
 class Simulation:
