@@ -52,9 +52,10 @@ def discover(root: Path, only: list[str] | None = None) -> list[Path]:
 
 def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list[str] | None = None,
                   root: str | Path | None = None, kernel: str = "python3",
-                  log=print) -> list[NotebookRun]:
+                  overrides: dict | None = None, log=print) -> list[NotebookRun]:
     """Execute every notebook that has ``preset``; returns one :class:`NotebookRun` each and
-    writes ``<out>/<preset>/summary.json``."""
+    writes ``<out>/<preset>/summary.json``. ``overrides`` replace preset values for every
+    notebook (e.g. ``output_dir``)."""
     import papermill
     import yaml
 
@@ -71,7 +72,7 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
             runs.append(NotebookRun(str(rel), preset, "no preset", 0.0))
             log(f"skip   {rel}: no {preset_file.relative_to(root)}")
             continue
-        parameters = yaml.safe_load(preset_file.read_text()) or {}
+        parameters = {**(yaml.safe_load(preset_file.read_text()) or {}), **(overrides or {})}
         target = out_dir / rel.relative_to("notebooks")
         target.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
