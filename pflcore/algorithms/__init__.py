@@ -7,6 +7,7 @@ from .base import Algorithm, Client, FederationInfo
 from .fedavg import FedAvg
 from .fedavg_ft import FedAvgFT
 from .fedbabu import FedBABU
+from .fedpac import FedPAC
 from .fedper import FedPer
 from .fedprox import FedProx
 from .fedrep import FedRep
@@ -14,7 +15,7 @@ from .lg_fedavg import LGFedAvg
 from .local import Local
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU)
+    cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC)
 }
 
 

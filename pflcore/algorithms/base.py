@@ -115,6 +115,8 @@ class Algorithm:
                     raise ConfigError(f"method parameter {key!r} = {value!r} is not allowed: it must be a number >= 0.")
             elif isinstance(default, bool) and not isinstance(value, bool):
                 raise ConfigError(f"method parameter {key!r} = {value!r} is not allowed: it must be true or false.")
+            elif isinstance(default, str) and not isinstance(value, str):
+                raise ConfigError(f"method parameter {key!r} = {value!r} is not allowed: it must be a string.")
 
     # -- protocol -------------------------------------------------------------------
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
