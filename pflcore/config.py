@@ -32,6 +32,7 @@ class ExperimentConfig:
     data_root: str | None = None
     model: str = "fedpac_cnn"
     partition: dict = field(default_factory=_default_partition)
+    shift: dict | None = None  # per-group concept/feature shift, see pflcore.data.shifts
     num_clients: int = 20
     rounds: int = 200
     participation: float = 1.0
@@ -82,9 +83,16 @@ class ExperimentConfig:
 
     # ------------------------------------------------------------------ identity
     def fingerprint(self) -> str:
-        """Hash of every field that changes the numbers (not name/output/quiet/eval/checkpoint cadence)."""
+        """Hash of every field that changes the numbers.
+
+        Left out: naming, output and cadence fields, and fields set to ``None`` (so adding an
+        optional feature later keeps existing fingerprints). The method's parameters enter
+        with its defaults filled in, so changing a default changes the fingerprint."""
+        from .algorithms import ALGORITHMS
+
         ignored = {"name", "output_dir", "quiet", "checkpoint_every", "data_root", "device"}
-        payload = {k: v for k, v in self.to_dict().items() if k not in ignored}
+        payload = {k: v for k, v in self.to_dict().items() if k not in ignored and v is not None}
+        payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
     def run_name(self) -> str:
@@ -139,8 +147,19 @@ class ExperimentConfig:
         if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
             raise bad("name", "it must be a plain folder name (no '/', not starting with '.')")
         ALGORITHMS[self.method].check_params(self.method_params)
-        params = {k: v for k, v in self.partition.items() if k != "kind"}
+        params = {k: v for k, v in self.partition.items() if k not in ("kind", "subsample")}
         validate_partition_args(self.partition["kind"], self.num_clients, **params)
+        fraction = self.partition.get("subsample", 1.0)
+        if not _is_number(fraction) or not 0 < fraction <= 1:
+            raise ConfigError(f"config field 'partition' has subsample = {fraction!r}, which is not allowed: "
+                              "it must be a fraction in (0, 1] of each client's training samples.")
+        if self.shift is not None:
+            from .data.shifts import ShiftError, check_shift
+
+            try:
+                check_shift(self.shift)
+            except ShiftError as exc:
+                raise ConfigError(f"config field 'shift': {exc}") from None
 
 
 def _is_number(value: Any) -> bool:

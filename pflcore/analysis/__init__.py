@@ -1,7 +1,9 @@
 """Tables, curves and plots for notebooks. The only part of pflcore that uses matplotlib
 (imported inside the functions, so the core never needs it)."""
-from .curves import plot_curves
+from .curves import plot_curves, plot_sweep
+from .heatmaps import plot_weight_heatmaps, weight_matrix
 from .partition_plot import plot_partition
-from .tables import results_table
+from .tables import results_table, sweep_table
 
-__all__ = ["plot_curves", "plot_partition", "results_table"]
+__all__ = ["plot_curves", "plot_partition", "plot_sweep", "plot_weight_heatmaps", "results_table",
+           "sweep_table", "weight_matrix"]

@@ -22,3 +22,23 @@ def plot_curves(results: Mapping[str, RunResult], key: str = "acc_mean", ax=None
     if title:
         ax.set_title(title)
     return ax
+
+
+def plot_sweep(results: Mapping[str, Mapping[float, RunResult]], xlabel: str, ax=None, title: str | None = None):
+    """Final mean accuracy against a swept value (FedPAC Figure 1, appendix C.3): one line
+    per method, ``results[method][x]``, with the std over clients as error bars."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    for label, by_x in results.items():
+        xs = sorted(by_x)
+        ax.errorbar(xs, [by_x[x].summary["acc_mean"] for x in xs], yerr=[by_x[x].summary["acc_std"] for x in xs],
+                    marker="o", capsize=3, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("mean client test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return ax

@@ -3,21 +3,20 @@
 Each client's samples are gathered into contiguous float tensors at construction (the
 pooled uint8 images are converted once), so local training slices batches out of a
 tensor: no DataLoader, no per-sample Python. Per-client transforms (rotation, label
-permutation; see :mod:`pflcore.data.shifts`) are applied here, once.
+permutation; see :mod:`pflcore.data.shifts`) are applied here, once, to images in [0, 1].
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from .partition import Partition
+from .shifts import ClientTransform
 from .sources import Dataset
 
-# A per-client transform: (client_id, images float (n,C,H,W), labels) -> (images, labels).
-ClientTransform = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass
@@ -47,10 +46,11 @@ class FederatedData:
 
         def gather(cid: int, idx: np.ndarray) -> ClientSplit:
             index = torch.from_numpy(np.array(idx, dtype=np.int64))
-            x = (pooled_x[index].float().div_(255.0) - mean) / std
+            x = pooled_x[index].float().div_(255.0)
             y = pooled_y[index].clone()
-            for transform in transforms:
+            for transform in transforms:  # on [0, 1] images, before normalisation
                 x, y = transform(cid, x, y)
+            x = (x - mean) / std
             # channels_last: the CPU convolutions and max-pooling are several times faster.
             return ClientSplit(x.to(device).contiguous(memory_format=torch.channels_last), y.to(device))
 

@@ -21,7 +21,8 @@ from ..algorithms import make_algorithm
 from ..algorithms.base import Algorithm, Client, FederationInfo
 from ..config import ExperimentConfig
 from ..data.federated import FederatedData
-from ..data.partition import make_partition
+from ..data.partition import make_partition, subsample
+from ..data.shifts import make_shift
 from ..data.sources import load_dataset
 from ..models import SplitModel, build_model
 from ..training import TrainSettings, derive_seed, generator_for
@@ -39,10 +40,13 @@ class DivergenceError(RuntimeError):
 def build_data(config: ExperimentConfig) -> FederatedData:
     """Load the dataset and partition it as the config says (deterministic in the seed)."""
     dataset = load_dataset(config.dataset, root=config.data_root)
-    params = {k: v for k, v in config.partition.items() if k != "kind"}
+    params = {k: v for k, v in config.partition.items() if k not in ("kind", "subsample")}
     partition = make_partition(config.partition["kind"], dataset.train_y.numpy(), dataset.test_y.numpy(),
                                config.num_clients, seed=config.seed, num_classes=dataset.num_classes, **params)
-    return FederatedData(dataset, partition, device=config.device)
+    if config.partition.get("subsample", 1.0) < 1.0:
+        partition = subsample(partition, config.partition["subsample"], seed=config.seed)
+    transforms = [make_shift(config.shift, dataset.num_classes, config.seed)] if config.shift else []
+    return FederatedData(dataset, partition, device=config.device, transforms=transforms)
 
 
 def initial_model(config: ExperimentConfig, data: FederatedData) -> SplitModel:

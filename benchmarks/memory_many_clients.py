@@ -1,0 +1,64 @@
+"""Peak memory of a federation with many clients (FedPAC appendix C.9 scale).
+
+    python benchmarks/memory_many_clients.py [--clients 1000] [--samples 50] [--methods fedpac local]
+
+Builds CIFAR-shaped data (random 3x32x32 uint8 images, 10 classes) for ``--clients``
+clients with ``--samples`` training samples each, runs one round with every client taking
+part (the worst case for per-client state) with the FedPAC CIFAR CNN, and prints the
+per-client state kept and the process's peak resident memory. A benchmark, not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import torch
+
+from pflcore import ExperimentConfig
+from pflcore.data.federated import FederatedData
+from pflcore.data.partition import make_partition
+from pflcore.data.sources import Dataset
+from pflcore.engine import Simulation
+
+
+def state_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(state_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(state_bytes(v) for v in obj)
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--methods", nargs="+", default=["fedpac", "local"])
+    args = parser.parse_args()
+    n_train = args.clients * args.samples
+    g = torch.Generator().manual_seed(0)
+    dataset = Dataset("synthetic-cifar", torch.randint(0, 256, (n_train, 3, 32, 32), dtype=torch.uint8, generator=g),
+                      torch.arange(n_train) % 10, torch.randint(0, 256, (10000, 3, 32, 32), dtype=torch.uint8, generator=g),
+                      torch.arange(10000) % 10, 10, (0.5,) * 3, (0.25,) * 3)
+    partition = make_partition("iid", dataset.train_y.numpy(), dataset.test_y.numpy(), args.clients, seed=0,
+                               num_classes=10, samples_per_client=args.samples, test_fraction=0.5)
+    data = FederatedData(dataset, partition)
+    for method in args.methods:
+        config = ExperimentConfig.from_dict(dict(method=method, dataset="cifar10", num_clients=args.clients,
+                                                 local_epochs=1, rounds=1, quiet=True))
+        sim = Simulation(config, data)
+        t0 = time.perf_counter()
+        sim.run_round(0)
+        seconds = time.perf_counter() - t0
+        per_client = state_bytes(sim.client_states) + state_bytes(sim.state.get("heads", {}))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"{method}: {args.clients} clients x {args.samples} samples, one round {seconds:.1f} s; personal state "
+              f"{per_client / 2**20:.1f} MiB in all ({per_client / args.clients / 1024:.1f} KiB per client); "
+              f"peak RSS so far {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Combination-weight heatmaps (FedPAC appendix C.1): row i = the weights client i's
+personal head gives to every participant's head, at chosen rounds."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..engine.results import RunResult
+
+
+def weight_matrix(result: RunResult, round_number: int, num_clients: int | None = None) -> np.ndarray:
+    """The full (clients x clients) weight matrix of a round; rows/columns of clients that
+    did not take part are NaN."""
+    weights = result.arrays("weights")
+    if round_number not in weights:
+        raise KeyError(f"round {round_number} has no recorded weights (recorded: {sorted(weights)[:5]}...).")
+    ids = result.arrays("weight_clients")[round_number]
+    n = num_clients or result.summary["num_clients"]
+    full = np.full((n, n), np.nan)
+    full[np.ix_(ids, ids)] = weights[round_number]
+    return full
+
+
+def plot_weight_heatmaps(result: RunResult, rounds: Sequence[int] = (1, 20, 50), groups: int = 5,
+                         axes=None, title: str | None = None):
+    """One heatmap per round; clients ordered by group (client i is in group i % groups) so
+    that the clients of a group sit side by side and collaboration shows as blocks."""
+    import matplotlib.pyplot as plt
+
+    n = result.summary["num_clients"]
+    order = np.argsort(np.arange(n) % groups, kind="stable")
+    rounds = [r for r in rounds if r <= result.summary["rounds"]]
+    if axes is None:
+        _, axes = plt.subplots(1, len(rounds), figsize=(4.2 * len(rounds), 3.8), squeeze=False)
+        axes = axes[0]
+    for ax, r in zip(axes, rounds):
+        w = weight_matrix(result, r, n)[np.ix_(order, order)]
+        image = ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(f"round {r}")
+        ax.set_xlabel("client j (by group)")
+        ax.set_ylabel("client i (by group)")
+        ticks = np.arange(n) if n <= 20 else np.arange(0, n, max(1, n // 10))
+        ax.set_xticks(ticks, [str(order[t]) for t in ticks], fontsize=6)
+        ax.set_yticks(ticks, [str(order[t]) for t in ticks], fontsize=6)
+    axes[-1].figure.colorbar(image, ax=list(axes), shrink=0.8, label="weight a_ij")
+    if title:
+        axes[0].figure.suptitle(title)
+    return axes
