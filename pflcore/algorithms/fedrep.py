@@ -4,7 +4,7 @@ the head frozen. Only the body is averaged. ``head_epochs`` = 5 as in pFedFDA C.
 (FedRep's paper uses 10)."""
 from __future__ import annotations
 
-from .base import Client, snapshot
+from .base import Client
 from .fedper import FedPer
 
 
@@ -14,9 +14,8 @@ class FedRep(FedPer):
     defaults = {"head_epochs": 5}
 
     def local_update(self, payload: dict, client: Client) -> dict:
-        model = self.personal_model(payload["body"], payload["init_head"], client)
+        model = self.personal_model(payload, client)
         # Head phase: with the body frozen, training on fixed features is exact and cheap.
         client.train_head_on_features(model.head, client.features(model), epochs=int(self.head_epochs))
         loss = client.train(model.body.parameters())
-        client.state["head"] = snapshot(model.head)
-        return {"body": snapshot(model.body), "num_samples": client.num_samples, "loss": loss}
+        return self.upload(model, client, loss)
