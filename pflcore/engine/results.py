@@ -138,6 +138,10 @@ class RunDirectory:
             raise ResultsConflictError(f"results directory {self.path} exists but is not a pflcore run; "
                                        "choose another name or output_dir.")
 
+        if self.path.exists():  # remove temporary files of a write interrupted by a kill
+            for stale in self.path.rglob(".*.tmp"):
+                stale.unlink(missing_ok=True)
+
     @property
     def finished(self) -> bool:
         return (self.path / "summary.json").exists()
