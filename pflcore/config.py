@@ -46,7 +46,9 @@ class ExperimentConfig:
     eval_every: int = 1
     checkpoint_every: int = 10
     seed: int = 0
+    precision: str | None = None  # local training: None/"float32", or "bfloat16" (autocast)
     device: str = "cpu"
+    workers: int | str = 0  # processes for the clients' work: 0/1 in-process, N, or "auto"
     name: str | None = None
     output_dir: str = "results"
     quiet: bool = False
@@ -85,12 +87,13 @@ class ExperimentConfig:
     def fingerprint(self) -> str:
         """Hash of every field that changes the numbers.
 
-        Left out: naming, output and cadence fields, and fields set to ``None`` (so adding an
-        optional feature later keeps existing fingerprints). The method's parameters enter
+        Left out: naming, output and cadence fields, where the work runs (device, workers),
+        and fields set to ``None`` (so adding an optional feature later keeps existing
+        fingerprints). The method's parameters enter
         with its defaults filled in, so changing a default changes the fingerprint."""
         from .algorithms import ALGORITHMS
 
-        ignored = {"name", "output_dir", "quiet", "checkpoint_every", "data_root", "device"}
+        ignored = {"name", "output_dir", "quiet", "checkpoint_every", "data_root", "device", "workers"}
         payload = {k: v for k, v in self.to_dict().items() if k not in ignored and v is not None}
         payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
@@ -142,6 +145,13 @@ class ExperimentConfig:
             if (not isinstance(d, (list, tuple)) or len(d) != 2 or not all(_is_number(v) for v in d)
                     or not 0 < d[0] <= d[1] <= 1):
                 raise bad("dropout", "it must be null or a range [rho_min, rho_max] with 0 < rho_min <= rho_max <= 1")
+        if self.precision not in (None, "float32", "bfloat16"):
+            raise bad("precision", "use null/'float32', or 'bfloat16' for autocast local training")
+        if not (self.workers == "auto" or (isinstance(self.workers, int) and not isinstance(self.workers, bool)
+                                           and self.workers >= 0)):
+            raise bad("workers", "use 0 (in this process), a number of worker processes, or 'auto' (one per core)")
+        if self.device != "cpu" and self.workers not in (0, 1):
+            raise bad("workers", "worker processes are for CPU runs; on a GPU use 0")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
             raise bad("device", "use 'cpu', 'cuda' or 'cuda:N'")
         if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):

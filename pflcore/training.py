@@ -28,6 +28,7 @@ class TrainSettings:
     lr: float
     momentum: float = 0.5
     weight_decay: float = 5e-4
+    precision: str = "float32"  # "bfloat16": forward/backward under autocast, fp32 master weights
 
 
 def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -72,12 +73,14 @@ def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor,
     total = torch.zeros((), device=x.device)
     steps = 0
     bs = settings.batch_size
+    low_precision = settings.precision == "bfloat16"
     try:
         for _ in range(settings.epochs):
             order = torch.randperm(n, generator=generator, device=generator.device).to(x.device)
             xs, ys = x[order], y[order]
             for start in range(0, n, bs):
-                loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
+                with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=low_precision):
+                    loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

@@ -114,7 +114,7 @@ def test_fedbabu_never_trains_the_head_during_federation(make_config):
     assert equal(sim.state["head"], init["head"])
     assert not equal(sim.state["body"], init["body"])
     # For inference a client fine-tunes the head (and only the head by default).
-    model = sim.algorithm.predictor(sim.state, sim.client(0, 2, 12))
+    model = sim.algorithm.predictor(sim.algorithm.payload(sim.state, 0), sim.client(0, 2, 12))
     assert not equal({k: v for k, v in model.head.state_dict().items()}, init["head"])
     assert equal(dict(model.body.state_dict()), sim.state["body"])
     assert sim.client_states.get(0, {}) == {}                 # fine-tuning leaves no state behind
@@ -124,7 +124,7 @@ def test_fedavg_ft_fine_tunes_only_at_evaluation(make_config):
     ft = simulate(make_config(method="fedavg_ft"))
     avg = simulate(make_config(method="fedavg"))
     assert equal(ft.state["model"], avg.state["model"])      # same training as FedAvg
-    model = ft.algorithm.predictor(ft.state, ft.client(0, 1, 12))
+    model = ft.algorithm.predictor(ft.algorithm.payload(ft.state, 0), ft.client(0, 1, 12))
     assert not equal(dict(model.state_dict()), ft.state["model"])
 
 

@@ -8,8 +8,10 @@ A method is five functions over plain dicts (ARCHITECTURE.md):
   :class:`Client` (its data, persistent personal state, a seeded generator, a scratch
   model and the training primitives)
 - ``aggregate(server_state, {client_id: update}) -> server_state``
-- ``predictor(server_state, client) -> model``: what that client uses for inference;
-  the engine's one evaluation scores it on the client's test split.
+- ``predictor(payload, client) -> model``: what that client uses for inference, built
+  from what the server would send it now (``payload(server_state, client_id)``) and
+  its personal state, so it can be built wherever the client runs (a worker process, a
+  Flower node); the engine's one evaluation scores it on the client's test split.
 
 Payloads, updates and states are dicts of tensors, numbers, strings and lists (nested
 dicts allowed), so the same method runs in-process, in worker processes and on Flower.
@@ -131,7 +133,7 @@ class Algorithm:
     def aggregate(self, state: dict, updates: Mapping[int, dict]) -> dict:
         raise NotImplementedError
 
-    def predictor(self, state: dict, client: Client) -> nn.Module:
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
         raise NotImplementedError
 
     # -- optional hooks ---------------------------------------------------------------

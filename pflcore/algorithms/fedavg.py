@@ -36,5 +36,5 @@ class FedAvg(Algorithm):
     def shared_predictor(self, state: dict, model: SplitModel) -> nn.Module:
         return load(model, state["model"])
 
-    def predictor(self, state: dict, client: Client) -> nn.Module:
-        return load(client.model, state["model"])
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
+        return load(client.model, payload["model"])

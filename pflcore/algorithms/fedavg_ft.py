@@ -17,7 +17,7 @@ class FedAvgFT(FedAvg):
     def shared_predictor(self, state: dict, model: SplitModel) -> None:
         return None
 
-    def predictor(self, state: dict, client: Client) -> nn.Module:
-        model = load(client.model, state["model"])
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
+        model = load(client.model, payload["model"])
         client.train(model.parameters(), epochs=int(self.ft_epochs))
         return model

@@ -35,8 +35,8 @@ class FedBABU(Algorithm):
         ids, weights = sample_weights(updates)
         return {**state, "body": weighted_average([updates[c]["body"] for c in ids], weights)}
 
-    def predictor(self, state: dict, client: Client) -> nn.Module:
-        model = self.global_model(state, client)
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
+        model = self.global_model(payload, client)
         if self.ft_body:
             client.train(model.parameters(), epochs=int(self.ft_epochs))
         else:

@@ -184,9 +184,9 @@ class FedPAC(Algorithm):
                 "heads": heads, "centroids": centroids, "has_centroid": state["has_centroid"] | held,
                 "weights": weights, "weight_clients": torch.tensor(ids), "qp_failures": failures}
 
-    def predictor(self, state: dict, client: Client) -> nn.Module:
-        load(client.model.body, state["body"])
-        load(client.model.head, state["heads"].get(client.id, state["init_head"]))
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
+        load(client.model.body, payload["body"])
+        load(client.model.head, payload["head"])
         return client.model
 
     def report(self, state: dict) -> dict[str, Any]:

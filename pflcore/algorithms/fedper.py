@@ -55,8 +55,8 @@ class PartialSharing(Algorithm):
         ids, weights = sample_weights(updates)
         return {**state, self.shared: weighted_average([updates[c][self.shared] for c in ids], weights)}
 
-    def predictor(self, state: dict, client: Client) -> nn.Module:
-        return self.personal_model(state, client)
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
+        return self.personal_model(payload, client)
 
 
 class FedPer(PartialSharing):

@@ -27,5 +27,5 @@ class Local(Algorithm):
     def aggregate(self, state: dict, updates: dict) -> dict:
         return state
 
-    def predictor(self, state: dict, client: Client) -> nn.Module:
-        return load(client.model, client.state.get("model", state["init"]))
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
+        return load(client.model, client.state.get("model", payload["init"]))

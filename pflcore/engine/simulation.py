@@ -25,12 +25,13 @@ from ..data.partition import make_partition, subsample
 from ..data.shifts import make_shift
 from ..data.sources import load_dataset
 from ..models import SplitModel, build_model
-from ..training import TrainSettings, derive_seed, generator_for
-from .evaluation import client_accuracies, summarize
+from ..training import TrainSettings, derive_seed
+from .evaluation import accuracies, shared_correct, summarize
+from .executors import EVALUATE, TRAIN, ClientJob, ClientWorker, InProcess, WorkerPool, resolve_workers
 from .results import RunDirectory, RunResult
 from .schedule import participants
 
-TRAIN_KEY, EVAL_KEY, INIT_KEY = 11, 12, 13
+INIT_KEY = 13  # (train and evaluation generators: see executors.TRAIN_KEY / EVAL_KEY)
 
 
 class DivergenceError(RuntimeError):
@@ -58,28 +59,32 @@ def initial_model(config: ExperimentConfig, data: FederatedData) -> SplitModel:
 
 
 class Simulation:
-    """A federation in one process: the method, the data, the server state and the
-    per-client personal states (only what the method keeps per client)."""
+    """A federation driven from this process: the method, the data, the server state and
+    the per-client personal states (only what the method keeps per client).
+
+    The clients' work goes through ``executor`` (in this process by default; see
+    :mod:`pflcore.engine.executors`); the numbers do not depend on which one.
+    """
 
     def __init__(self, config: ExperimentConfig, data: FederatedData, algorithm: Algorithm | None = None):
         self.config = config
         self.data = data
         self.algorithm = algorithm or make_algorithm(config.method, **config.method_params)
-        self.settings = TrainSettings(config.local_epochs, config.batch_size, config.lr,
-                                      config.momentum, config.weight_decay)
+        self.settings = TrainSettings(config.local_epochs, config.batch_size, config.lr, config.momentum,
+                                      config.weight_decay, precision=config.precision or "float32")
         self.model = initial_model(config, data)
-        self.scratch = copy.deepcopy(self.model)
         info = FederationInfo(data.num_clients, data.num_classes, tuple(int(n) for n in data.train_sizes),
                               config.seed, self.settings)
         self.state = self.algorithm.init(copy.deepcopy(self.model), info)
         self.client_states: dict[int, dict[str, Any]] = {}
+        self.worker = ClientWorker(self.algorithm, self.settings, config.seed, data.num_classes,
+                                   [(s.x, s.y) for s in data.train], [(s.x, s.y) for s in data.test],
+                                   copy.deepcopy(self.model))
+        self.executor = InProcess(self.worker)
 
     def client(self, cid: int, round_index: int, purpose: int) -> Client:
-        split = self.data.train[cid]
-        return Client(cid, round_index, split.x, split.y, self.data.num_classes,
-                      self.client_states.setdefault(cid, {}),
-                      generator_for(self.config.seed, purpose, round_index, cid),
-                      self.scratch, self.settings)
+        """Client ``cid`` as a method sees it in this process (its stored personal state)."""
+        return self.worker.client(cid, round_index, purpose, self.client_states.setdefault(cid, {}))
 
     def participants(self, round_index: int) -> np.ndarray:
         c = self.config
@@ -90,13 +95,24 @@ class Simulation:
     def run_round(self, round_index: int) -> dict:
         """One round: payloads out, local updates, aggregation. Returns the round's record."""
         ids = [int(c) for c in self.participants(round_index)]
-        updates = {}
-        for cid in ids:
-            payload = self.algorithm.payload(self.state, cid)
-            updates[cid] = self.algorithm.local_update(payload, self.client(cid, round_index, TRAIN_KEY))
+        jobs = [ClientJob(TRAIN, cid, round_index, self.algorithm.payload(self.state, cid),
+                          self.client_states.get(cid, {})) for cid in ids]
+        updates, failed = {}, {}
+        for job, result in zip(jobs, self.executor.run(jobs)):
+            if result.failed:
+                failed[job.client_id] = result.error
+                continue
+            updates[job.client_id] = result.output
+            if result.state:
+                self.client_states[job.client_id] = result.state
         losses = [float(u["loss"]) for u in updates.values() if "loss" in u]
         record: dict[str, Any] = {"round": round_index + 1, "participants": ids,
                                   "train_loss": float(np.mean(losses)) if losses else float("nan")}
+        if failed:
+            record["failed"] = {str(cid): error for cid, error in failed.items()}
+        if not updates:
+            record["skipped"] = True  # nobody answered: the server state stays as it was
+            return record
         bad = [cid for cid, u in updates.items() if "loss" in u and not math.isfinite(float(u["loss"]))]
         if bad:
             raise DivergenceError(f"round {round_index + 1}: the training loss of client(s) {bad} is not finite "
@@ -105,9 +121,29 @@ class Simulation:
         return record
 
     def evaluate(self, round_index: int) -> np.ndarray:
-        """Per-client test accuracy of each client's predictor (the one evaluation)."""
-        return client_accuracies(self.algorithm, self.state, self.data, self.model,
-                                 lambda cid: self.client(cid, round_index, EVAL_KEY))
+        """Per-client test accuracy of each client's predictor (the one evaluation).
+
+        A global method's model scores all clients' test data here in one batched pass;
+        personalised predictors are built and scored per client by the executor."""
+        sizes = self.data.test_sizes
+        shared = self.algorithm.shared_predictor(self.state, self.model)
+        if shared is not None:
+            return accuracies(shared_correct(shared, self.data), sizes)
+        jobs = [ClientJob(EVALUATE, cid, round_index, self.algorithm.payload(self.state, cid),
+                          self.client_states.get(cid, {})) for cid in range(self.data.num_clients) if sizes[cid] > 0]
+        correct = np.zeros(self.data.num_clients)
+        for job, result in zip(jobs, self.executor.run(jobs)):
+            correct[job.client_id] = np.nan if result.failed else result.output
+        return accuracies(correct, sizes)  # a client that failed to evaluate counts as NaN
+
+    def use_workers(self, workers: int | str) -> None:
+        """Run the clients' work in ``workers`` processes (``"auto"``: one per core)."""
+        n = resolve_workers(workers)
+        self.close()
+        self.executor = WorkerPool(self.worker, n) if n > 1 else InProcess(self.worker)
+
+    def close(self) -> None:
+        self.executor.close()
 
     # -- checkpointing ------------------------------------------------------------------
     def snapshot(self) -> dict:
@@ -119,11 +155,13 @@ class Simulation:
 
 
 def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
-        on_round_end: Callable[[int, dict], None] | None = None) -> RunResult:
+        on_round_end: Callable[[int, dict], None] | None = None, executor: Any = None) -> RunResult:
     """Run (or resume, or load if finished) one experiment and return its results.
 
     ``on_round_end(round_number, record)`` is called after each round is recorded (and
     checkpointed, when due); raising from it stops the run like a kill would.
+    ``executor`` replaces the one ``config.workers`` asks for (e.g. Flower's, see
+    :mod:`pflcore.flower`); its owner closes it.
     """
     if isinstance(config, dict):
         config = ExperimentConfig.from_dict(config)
@@ -134,6 +172,19 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
 
     data = build_data(config)
     sim = Simulation(config, data)
+    if executor is not None:
+        sim.executor = executor
+    else:
+        sim.use_workers(config.workers)
+    try:
+        return _run_rounds(sim, rundir, on_round_end)
+    finally:
+        if executor is None:
+            sim.close()
+
+
+def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None) -> RunResult:
+    config, data = sim.config, sim.data
     history: list[dict] = []
     acc_history: list[list[float]] = []
     eval_rounds: list[int] = []
@@ -177,8 +228,7 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
         if on_round_end is not None:
             on_round_end(r + 1, record)
 
-    result = _result(config, history, acc_history, eval_rounds, seconds, data, rundir)
-    return result
+    return _result(config, history, acc_history, eval_rounds, seconds, data, rundir)
 
 
 def _result(config: ExperimentConfig, history: list[dict], acc_history: list[list[float]],
