@@ -17,6 +17,16 @@ def _parse_assignment(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), yaml.safe_load(value)
 
 
+def _workers(text: str) -> int | str:
+    """--workers: 'auto' (one process per core) or a number (0 = in this process)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers expects 'auto' or a number, got {text!r}.") from None
+
+
 def _apply(values: dict, path: list[str], value: Any) -> None:
     for key in path[:-1]:
         values = values.setdefault(key, {})
@@ -33,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="KEY=VALUE", help="override a field (dotted keys reach into mappings, "
                      "e.g. partition.s=0.5, method_params.mu=0.1); repeatable")
     for flag, kind in (("method", str), ("dataset", str), ("rounds", int), ("num-clients", int),
-                       ("seed", int), ("output-dir", str), ("name", str)):
+                       ("seed", int), ("output-dir", str), ("name", str), ("workers", _workers)):
         run.add_argument(f"--{flag}", type=kind)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
@@ -62,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.config:
         with open(args.config) as f:
             values = yaml.safe_load(f) or {}
-    for flag in ("method", "dataset", "rounds", "num_clients", "seed", "output_dir", "name"):
+    for flag in ("method", "dataset", "rounds", "num_clients", "seed", "output_dir", "name", "workers"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.quiet:

@@ -48,7 +48,7 @@ class ExperimentConfig:
     seed: int = 0
     precision: str | None = None  # local training: None/"float32", or "bfloat16" (autocast)
     device: str = "cpu"
-    workers: int | str = 0  # processes for the clients' work: 0/1 in-process, N, or "auto"
+    workers: int | str = "auto"  # processes for the clients' work: "auto" (one per core), N, or 0 (here)
     name: str | None = None
     output_dir: str = "results"
     quiet: bool = False
@@ -150,8 +150,8 @@ class ExperimentConfig:
         if not (self.workers == "auto" or (isinstance(self.workers, int) and not isinstance(self.workers, bool)
                                            and self.workers >= 0)):
             raise bad("workers", "use 0 (in this process), a number of worker processes, or 'auto' (one per core)")
-        if self.device != "cpu" and self.workers not in (0, 1):
-            raise bad("workers", "worker processes are for CPU runs; on a GPU use 0")
+        if self.device != "cpu" and self.workers not in (0, 1, "auto"):
+            raise bad("workers", "worker processes are for CPU runs; on a GPU use 0 or 'auto'")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
             raise bad("device", "use 'cpu', 'cuda' or 'cuda:N'")
         if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):

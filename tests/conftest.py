@@ -8,11 +8,12 @@ from pflcore.config import ExperimentConfig
 
 
 def tiny_config(tmp_path, **changes) -> ExperimentConfig:
-    """Digits, 4 clients x 80 samples (dominant-class partition), MLP, 3 rounds."""
+    """Digits, 4 clients x 80 samples (dominant-class partition), MLP, 3 rounds, in-process
+    (tests/test_executors.py covers the worker processes)."""
     values = dict(
         method="fedavg", dataset="digits", model="mlp", num_clients=4, rounds=3, local_epochs=1,
         batch_size=16, lr=0.05, partition={"kind": "dominant", "s": 0.2, "samples_per_client": 80},
-        output_dir=str(tmp_path / "results"), quiet=True, seed=7,
+        output_dir=str(tmp_path / "results"), quiet=True, seed=7, workers=0,
     )
     values.update(changes)
     return ExperimentConfig.from_dict(values)

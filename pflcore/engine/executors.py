@@ -257,17 +257,16 @@ def shutdown_workers() -> None:
 atexit.register(shutdown_workers)
 
 
-def make_executor(worker: ClientWorker, workers: int) -> InProcess | WorkerPool:
-    """``workers`` <= 1: in this process; otherwise a pool of that many processes."""
-    return WorkerPool(worker, workers) if workers > 1 else InProcess(worker)
-
-
-def resolve_workers(workers: int | str) -> int:
-    """``"auto"`` means one worker per core (none on a 1-core machine)."""
-    if workers == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return cores if cores > 1 else 0
-    return int(workers)
+def resolve_workers(workers: int | str, *, device: str = "cpu", num_clients: int | None = None) -> int:
+    """The number of worker processes to use: ``"auto"`` means one per core on CPU (at
+    most one per client; none on a 1-core machine or on a GPU)."""
+    if workers != "auto":
+        return int(workers)
+    if device != "cpu":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = min(cores, num_clients or cores)
+    return n if n > 1 else 0
 
 
 # ---------------------------------------------------------------------- internals
@@ -339,4 +338,4 @@ def _worker_main(conn) -> None:
 
 
 __all__ = ["ClientJob", "ClientResult", "ClientWorker", "InProcess", "WorkerPool", "WorkerError",
-           "make_executor", "resolve_workers", "shutdown_workers", "TRAIN", "EVALUATE"]
+           "resolve_workers", "shutdown_workers", "TRAIN", "EVALUATE"]

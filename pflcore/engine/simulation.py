@@ -138,7 +138,7 @@ class Simulation:
 
     def use_workers(self, workers: int | str) -> None:
         """Run the clients' work in ``workers`` processes (``"auto"``: one per core)."""
-        n = resolve_workers(workers)
+        n = resolve_workers(workers, device=self.config.device, num_clients=self.data.num_clients)
         self.close()
         self.executor = WorkerPool(self.worker, n) if n > 1 else InProcess(self.worker)
 

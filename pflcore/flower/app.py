@@ -1,0 +1,382 @@
+"""pflcore methods as Flower apps: the server drives the engine, the clients do the work.
+
+Server: :func:`serve` waits for the SuperNodes, asks each for its ``partition-id`` (one
+QUERY round), assigns the federation's clients to nodes (:func:`assign_clients`), then runs
+the unchanged engine (:func:`pflcore.engine.simulation.run`) with a :class:`GridExecutor`:
+every client job of a round becomes one Flower message to that client's node (TRAIN for
+local updates, EVALUATE for personalised evaluation), carrying the client's own payload
+(FedPAC: its personal head), its personal state and the experiment config. A node that
+fails or does not answer in time leaves its clients out of that round (the engine records
+them under ``"failed"``); the rounds go on with the others.
+
+Client: :func:`make_client_app` builds, once per process and config, the federation's data
+from the config and the engine's :class:`~pflcore.engine.executors.ClientWorker`, decodes
+the job, runs it and sends back the update (or the number of correct test predictions)
+and the new personal state. Nodes keep nothing between messages: the server's engine owns
+and checkpoints the personal states, so any node can serve any client id. (Each node here
+builds the whole federation's data from the config; a real deployment would load only its
+own partition.)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Collection, Iterator, Mapping
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from ..config import ConfigError, ExperimentConfig
+from ..engine.executors import EVALUATE, TRAIN, ClientJob, ClientResult, ClientWorker
+from ..engine.results import RunDirectory, RunResult
+from ..engine.simulation import Simulation, build_data, run
+from .codec import decode, encode
+
+log = logging.getLogger(__name__)
+
+JOB = "job"          # ConfigRecord: kind, client-id, round, token, config, threads, fail
+RESULT = "result"    # ConfigRecord of a reply: token, seconds
+NODE = "node"        # ConfigRecord of a QUERY reply: partition-id
+_MESSAGE_TYPES = {TRAIN: MessageType.TRAIN, EVALUATE: MessageType.EVALUATE}
+
+
+# ====================================================================== server side
+class GridExecutor:
+    """An engine executor whose clients are Flower nodes reached through a ``Grid``.
+
+    ``client_nodes`` maps every client id to the node that serves it. ``timeout`` (seconds,
+    ``None`` = wait for every reply) bounds each exchange; a missing or error reply becomes
+    a failed :class:`ClientResult`. ``threads`` > 0 asks the nodes to use that many torch
+    threads (``simulate`` passes this process's count so the numbers match the in-process
+    engine). ``fail_clients``: client ids whose node is told to raise instead of working,
+    for testing fault tolerance. ``log`` records each exchange: who got what (a digest of
+    every payload entry), how long it took and who failed.
+    """
+
+    def __init__(self, grid: Grid, config: ExperimentConfig, client_nodes: Mapping[int, int], *,
+                 timeout: float | None = None, threads: int = 0, fail_clients: Collection[int] = ()):
+        missing = [c for c in range(config.num_clients) if c not in client_nodes]
+        if missing:
+            raise ValueError(f"clients {missing} have no Flower node to run on.")
+        self.grid = grid
+        self.client_nodes = {int(c): int(n) for c, n in client_nodes.items()}
+        self.timeout = timeout
+        self.threads = int(threads)
+        self.fail_clients = {int(c) for c in fail_clients}
+        self.config_json = json.dumps(config.to_dict(), sort_keys=True)
+        self.log: list[dict] = []
+
+    def run(self, jobs: list[ClientJob]) -> list[ClientResult]:
+        t0 = time.perf_counter()
+        messages, tokens = [], []
+        for job in jobs:
+            token = uuid.uuid4().hex
+            content = RecordDict({
+                JOB: ConfigRecord({"kind": job.kind, "client-id": int(job.client_id), "round": int(job.round),
+                                   "token": token, "config": self.config_json, "threads": self.threads,
+                                   "fail": job.client_id in self.fail_clients}),
+                **encode(job.payload, "payload"), **encode(job.state, "state")})
+            kwargs = {"ttl": float(self.timeout)} if self.timeout else {}
+            messages.append(Message(content, dst_node_id=self.client_nodes[job.client_id],
+                                    message_type=_MESSAGE_TYPES[job.kind], group_id=str(job.round), **kwargs))
+            tokens.append(token)
+        replies = {r.metadata.reply_to_message_id: r
+                   for r in self.grid.send_and_receive(messages, timeout=self.timeout)}
+        results, entries = [], []
+        for job, msg, token in zip(jobs, messages, tokens):
+            node = self.client_nodes[job.client_id]
+            result = self._result(job, node, token, replies.get(msg.metadata.message_id))
+            results.append(result)
+            entries.append({"client": job.client_id, "node": node, "payload": _digests(job.payload),
+                            **({"error": result.error} if result.failed else {})})
+        kind = jobs[0].kind if jobs else TRAIN
+        self.log.append({"round": jobs[0].round + 1 if jobs else None, "kind": kind, "jobs": entries,
+                         "seconds": time.perf_counter() - t0})
+        return results
+
+    def _result(self, job: ClientJob, node: int, token: str, reply: Message | None) -> ClientResult:
+        if reply is None:
+            return ClientResult(None, job.state, error=f"node {node} sent no reply within {self.timeout} s")
+        if reply.has_error():
+            return ClientResult(None, job.state, error=f"node {node} failed: {reply.error.reason}")
+        try:
+            if reply.content[RESULT]["token"] != token:
+                raise ValueError("the reply answers another job")
+            output = decode(reply.content, "output")
+            state = decode(reply.content, "state") if job.kind == TRAIN else job.state
+        except (KeyError, TypeError, ValueError) as exc:
+            return ClientResult(None, job.state, error=f"node {node} sent an unreadable reply: {exc}")
+        return ClientResult(output, state)
+
+    def close(self) -> None:
+        pass
+
+
+def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
+    """The connected node ids, once at least ``min_nodes`` have joined (or fail after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        if len(nodes) >= min_nodes:
+            return nodes
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(nodes)} of {min_nodes} Flower nodes joined within {timeout:g} s.")
+        time.sleep(0.2)
+
+
+def query_partitions(grid: Grid, nodes: list[int], timeout: float | None) -> dict[int, int | None]:
+    """One QUERY round: each answering node's ``partition-id`` (``None`` where it has none).
+    Nodes that do not answer in time are left out."""
+    messages = [Message(RecordDict({JOB: ConfigRecord({"ask": "partition-id"})}), dst_node_id=n,
+                        message_type=MessageType.QUERY) for n in nodes]
+    replies = grid.send_and_receive(messages, timeout=timeout)
+    out: dict[int, int | None] = {}
+    for reply in replies:
+        if reply.has_error():
+            log.warning("node %s failed the partition query: %s", reply.metadata.src_node_id, reply.error.reason)
+            continue
+        pid = int(reply.content[NODE]["partition-id"])
+        out[int(reply.metadata.src_node_id)] = pid if pid >= 0 else None
+    return out
+
+
+def assign_clients(partitions: Mapping[int, int | None], num_clients: int) -> dict[int, int]:
+    """Client id -> node id. Nodes are ranked by ``partition-id`` (nodes without one last,
+    ties by node id) and client ``c`` goes to the node of rank ``c % len(nodes)``: with
+    partition ids 0..N-1, client ``c`` is served by the node whose partition-id is ``c mod N``
+    (so by partition ``c`` itself when N == num_clients)."""
+    if not partitions:
+        raise RuntimeError("no Flower node answered: there is nobody to run the clients on.")
+    ranked = sorted(partitions, key=lambda n: (partitions[n] is None, partitions[n] or 0, n))
+    return {c: ranked[c % len(ranked)] for c in range(num_clients)}
+
+
+def serve(grid: Grid, config: ExperimentConfig | dict, *, overwrite: bool = False, timeout: float | None = None,
+          min_nodes: int = 1, join_timeout: float = 120.0, threads: int = 0, fail_clients: Collection[int] = (),
+          on_round_end: Callable[[int, dict], None] | None = None) -> RunResult:
+    """The ServerApp's work: find the nodes, map clients to them, run the experiment through
+    them. Returns the run's result; ``result.extras["flower"]`` says which node served which
+    client and what each exchange sent (payload digests), took and lost."""
+    config = _as_config(config)
+    nodes = wait_for_nodes(grid, min_nodes, join_timeout)
+    partitions = query_partitions(grid, nodes, timeout if timeout is not None else join_timeout)
+    client_nodes = assign_clients(partitions, config.num_clients)
+    executor = GridExecutor(grid, config, client_nodes, timeout=timeout, threads=threads, fail_clients=fail_clients)
+    try:
+        result = run(config, overwrite=overwrite, executor=executor, on_round_end=on_round_end)
+    finally:
+        executor.close()
+    result.extras["flower"] = {"nodes": {str(n): p for n, p in partitions.items()},
+                               "clients": {str(c): n for c, n in client_nodes.items()},
+                               "exchanges": executor.log}
+    return result
+
+
+def make_server_app(config: ExperimentConfig | dict, *, on_result: Callable[[RunResult], None] | None = None,
+                    **serve_kwargs: Any) -> ServerApp:
+    """A ServerApp that runs ``config`` (see :func:`serve` for the keyword arguments) and
+    hands the :class:`RunResult` to ``on_result``."""
+    config = _as_config(config)
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        result = serve(grid, config, **serve_kwargs)
+        if on_result is not None:
+            on_result(result)
+
+    return app
+
+
+# ====================================================================== client side
+_WORKERS: dict[str, ClientWorker] = {}  # this process's worker for the current config
+
+
+def client_worker(config_json: str, data_root: str | None = None) -> ClientWorker:
+    """The engine's ClientWorker for a config (built once per process and config: data,
+    method, settings and scratch model exactly as the in-process engine builds them)."""
+    key = hashlib.sha256(f"{config_json}\0{data_root}".encode()).hexdigest()
+    if key not in _WORKERS:
+        values = json.loads(config_json)
+        if data_root:
+            values["data_root"] = data_root
+        config = ExperimentConfig.from_dict(values)
+        _WORKERS.clear()  # one federation's data at a time
+        _WORKERS[key] = Simulation(config, build_data(config)).worker
+    return _WORKERS[key]
+
+
+def handle(msg: Message, context: Context) -> Message:
+    """Run the job in ``msg`` on this node and reply with its result (TRAIN or EVALUATE)."""
+    job_cfg = msg.content[JOB]
+    kind, cid = str(job_cfg["kind"]), int(job_cfg["client-id"])
+    if _MESSAGE_TYPES.get(kind) != msg.metadata.message_type.split(".")[0]:
+        raise ValueError(f"a {msg.metadata.message_type!r} message carries a {kind!r} job.")
+    if bool(job_cfg["fail"]):
+        raise RuntimeError(f"client {cid} was told to fail (pflcore fault-tolerance test)")
+    threads = int(job_cfg["threads"])
+    if threads > 0 and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    data_root = context.node_config.get("data-root")
+    worker = client_worker(str(job_cfg["config"]), str(data_root) if data_root else None)
+    job = ClientJob(kind, cid, int(job_cfg["round"]), decode(msg.content, "payload"), decode(msg.content, "state"))
+    result = worker.run(job)
+    content = RecordDict({RESULT: ConfigRecord({"token": str(job_cfg["token"]),
+                                                "seconds": time.perf_counter() - t0}),
+                          **encode(result.output, "output"),
+                          **(encode(result.state, "state") if kind == TRAIN else {})})
+    return Message(content, reply_to=msg)
+
+
+def make_client_app() -> ClientApp:
+    """The ClientApp for every pflcore method: the config travels in each message, so one
+    app serves any experiment. A node's ``partition-id`` (node config) is reported to the
+    server; ``data-root`` in the node config overrides where the node finds the dataset."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        return handle(msg, context)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        return handle(msg, context)
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        pid = context.node_config.get("partition-id")
+        return Message(RecordDict({NODE: ConfigRecord({"partition-id": int(pid) if pid is not None else -1})}),
+                       reply_to=msg)
+
+    return app
+
+
+# ====================================================================== simulation
+def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = None, overwrite: bool = False,
+             timeout: float | None = None, client_cpus: float | None = None, threads: int | None = None,
+             fail_clients: Collection[int] = (), verbose: bool = False) -> RunResult:
+    """Run ``config`` on Flower's simulation engine in this process and return its result.
+
+    Same results object and results directory as :func:`pflcore.run` (a finished run there
+    is loaded, not re-run; use another ``output_dir`` or ``name`` to compare the two).
+    ``num_supernodes`` (default: one per client) virtual nodes with ``partition-id``
+    0..N-1; with fewer nodes than clients a node serves several client ids. ``client_cpus``
+    (default: all cores, so clients run one after the other) are Ray's CPUs per client;
+    ``threads`` (default: this process's torch threads) the torch threads each uses.
+    ``timeout`` bounds each exchange (seconds; ``None``: wait). ``fail_clients``: client
+    ids whose node raises instead of working (fault-tolerance tests).
+    """
+    config = _as_config(config)
+    cores = _cores()
+    n = config.num_clients if num_supernodes is None else num_supernodes
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"num_supernodes = {num_supernodes!r} is not allowed: it must be an integer >= 1.")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout = {timeout!r} is not allowed: it must be a number of seconds > 0, or None.")
+    cpus = cores if client_cpus is None else client_cpus
+    if not isinstance(cpus, (int, float)) or isinstance(cpus, bool) or not 0 < cpus <= cores:
+        raise ValueError(f"client_cpus = {client_cpus!r} is not allowed: it must be a number in (0, {cores}].")
+    threads = torch.get_num_threads() if threads is None else threads
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise ValueError(f"threads = {threads!r} is not allowed: it must be an integer >= 0 (0: the node's default).")
+    bad = [c for c in fail_clients if not 0 <= int(c) < config.num_clients]
+    if bad:
+        raise ValueError(f"fail_clients {bad} are not client ids of this run (0..{config.num_clients - 1}).")
+
+    rundir = RunDirectory(config, overwrite=False) if not overwrite else None
+    if rundir is not None and rundir.finished:
+        return RunResult.load(rundir.path)
+
+    from flwr.simulation import run_simulation
+
+    box: list[RunResult] = []
+    server_app = make_server_app(config, on_result=box.append, overwrite=overwrite, timeout=timeout, min_nodes=n,
+                                 threads=threads, fail_clients=fail_clients)
+    gpus = 1.0 if config.device.startswith("cuda") else 0.0
+    backend_config = {"client_resources": {"num_cpus": cpus, "num_gpus": gpus},
+                      "init_args": {"num_cpus": cores, "include_dashboard": False,
+                                    "logging_level": logging.INFO if verbose else logging.ERROR,
+                                    "log_to_driver": bool(verbose)}}
+    with _flower_logging(verbose, config.quiet):
+        run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=n,
+                       backend_config=backend_config, verbose_logging=verbose)
+    if not box:
+        raise RuntimeError("the Flower simulation ended without a result (see the log above for the ServerApp's error).")
+    return box[0]
+
+
+# ====================================================================== helpers
+def _as_config(config: ExperimentConfig | dict | str | Path) -> ExperimentConfig:
+    """A validated config from a config, a mapping, a YAML/JSON file or a JSON string."""
+    if isinstance(config, ExperimentConfig):
+        config.validate()
+        return config
+    if isinstance(config, dict):
+        return ExperimentConfig.from_dict(config)
+    if isinstance(config, (str, Path)):
+        text = str(config).strip()
+        if text.startswith("{"):
+            return ExperimentConfig.from_dict(json.loads(text))
+        if not Path(text).is_file():
+            raise ConfigError(f"config {text!r} is neither a JSON object nor an existing YAML/JSON file.")
+        return ExperimentConfig.from_yaml(text)  # YAML is a superset of JSON
+    raise ConfigError(f"config must be an ExperimentConfig, a mapping or a file path, got {type(config).__name__}.")
+
+
+def _digests(value: Any) -> dict[str, str]:
+    """A short hash of each top-level entry of a payload (to see who was sent what)."""
+    if not isinstance(value, dict):
+        return {".": _digest(value)}
+    return {str(k): _digest(v) for k, v in value.items()}
+
+
+def _digest(value: Any) -> str:
+    h = hashlib.sha1()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            t = v.detach().cpu().contiguous()
+            h.update(str(t.dtype).encode() + str(tuple(t.shape)).encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(v, dict):
+            for k in v:
+                h.update(repr(k).encode())
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                walk(item)
+        else:
+            h.update(repr(v).encode())
+
+    walk(value)
+    return h.hexdigest()[:12]
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@contextmanager
+def _flower_logging(verbose: bool, quiet: bool) -> Iterator[None]:
+    """Flower's INFO logs only when asked for; errors always show."""
+    logger = logging.getLogger("flwr")
+    saved = logger.level
+    if not verbose:
+        logger.setLevel(logging.ERROR if quiet else logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
+__all__ = ["GridExecutor", "assign_clients", "client_worker", "handle", "make_client_app", "make_server_app",
+           "query_partitions", "serve", "simulate", "wait_for_nodes"]

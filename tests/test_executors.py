@@ -1,0 +1,110 @@
+"""Executors: worker processes give exactly the in-process numbers; failures are reported."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pflcore.config import ConfigError
+from pflcore.engine import Simulation, build_data
+from pflcore.engine.executors import (EVALUATE, TRAIN, ClientJob, ClientResult, InProcess, WorkerError,
+                                      WorkerPool, _split)
+from pflcore.engine.simulation import run
+
+
+@pytest.fixture
+def one_thread():
+    """In-process runs with one thread, like each worker, so float results can match bit for bit."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedpac", "fedrep", "local", "fedavg_ft"])
+def test_two_workers_give_exactly_the_in_process_numbers(make_config, one_thread, method):
+    here = run(make_config(method=method, workers=0, name="here"))
+    pooled = run(make_config(method=method, workers=2, name="pooled"))
+    assert np.array_equal(here.acc_history, pooled.acc_history)
+    assert [h["train_loss"] for h in here.history] == [h["train_loss"] for h in pooled.history]
+
+
+def test_workers_are_not_part_of_the_run_identity(make_config):
+    assert make_config(workers=0).fingerprint() == make_config(workers=2).fingerprint()
+    assert make_config(precision="bfloat16").fingerprint() != make_config().fingerprint()
+    assert make_config(precision=None).fingerprint() == make_config().fingerprint()
+
+
+def test_split_keeps_order_and_balances_cost():
+    jobs = [ClientJob(TRAIN, c, 0, {}) for c in range(7)]
+    groups = _split(jobs, [10, 10, 10, 10, 10, 10, 40], 2)
+    assert [j.client_id for g in groups for j in g] == list(range(7))  # every job once, in order
+    assert [sum(10 if j.client_id < 6 else 40 for j in g) for g in groups] == [50, 50]
+    assert _split(jobs[:1], [5], 3)[1:] == [[], []]
+
+
+def test_evaluation_never_changes_personal_state(make_config):
+    cfg = make_config(method="local")
+    sim = Simulation(cfg, build_data(cfg))
+    sim.run_round(0)
+    before = {k: v.clone() for k, v in sim.client_states[0]["model"].items()}
+    job = ClientJob(EVALUATE, 0, 0, sim.algorithm.payload(sim.state, 0), sim.client_states[0])
+    result = sim.executor.run([job])[0]
+    assert 0 <= result.output <= len(sim.data.test[0])
+    assert all(torch.equal(before[k], v) for k, v in sim.client_states[0]["model"].items())
+
+
+def test_a_failing_client_is_left_out_and_recorded(make_config):
+    cfg = make_config(method="fedavg", rounds=1)
+    sim = Simulation(cfg, build_data(cfg))
+
+    class FailsClientOne(InProcess):
+        def run(self, jobs):
+            return [ClientResult(None, j.state, error="timed out") if j.client_id == 1 else self.worker.run(j)
+                    for j in jobs]
+
+    sim.executor = FailsClientOne(sim.worker)
+    alone = Simulation(cfg, sim.data)
+    record = sim.run_round(0)
+    assert record["failed"] == {"1": "timed out"}
+    # The aggregate is FedAvg over the three clients that answered.
+    updates = {c: alone.worker.run(ClientJob(TRAIN, c, 0, alone.algorithm.payload(alone.state, c))).output
+               for c in (0, 2, 3)}
+    expected = alone.algorithm.aggregate(alone.state, updates)["model"]
+    assert all(torch.equal(expected[k], sim.state["model"][k]) for k in expected)
+
+
+def test_a_worker_exception_surfaces_with_its_traceback_and_the_pool_recovers(make_config):
+    cfg = make_config(method="fedavg", rounds=1)
+    sim = Simulation(cfg, build_data(cfg))
+    sim.use_workers(2)
+    try:
+        bad = ClientJob(TRAIN, 0, 0, {"model": {"not a weight": torch.zeros(1)}})
+        with pytest.raises(WorkerError, match="Traceback"):
+            sim.executor.run([bad])
+        sim.run_round(0)  # a fresh pool takes over
+    finally:
+        sim.close()
+
+
+def test_a_method_class_from_main_is_refused_before_any_work(make_config):
+    cfg = make_config(method="fedavg")
+    sim = Simulation(cfg, build_data(cfg))
+    sim.algorithm.__class__ = type("NotebookMethod", (type(sim.algorithm),), {"__module__": "__main__"})
+    with pytest.raises(ValueError, match="__main__"):
+        WorkerPool(sim.worker, 2)
+
+
+@pytest.mark.parametrize("changes, field", [({"workers": -1}, "workers"), ({"workers": "many"}, "workers"),
+                                            ({"precision": "float16"}, "precision")])
+def test_bad_execution_settings_get_one_sentence(make_config, changes, field):
+    with pytest.raises(ConfigError, match=field):
+        make_config(**changes)
+
+
+def test_bfloat16_local_training_learns(make_config):
+    fp32 = run(make_config(name="fp32", rounds=3))
+    bf16 = run(make_config(name="bf16", rounds=3, precision="bfloat16"))
+    assert np.isfinite(bf16.summary["final_train_loss"])
+    assert bf16.summary["final_train_loss"] != fp32.summary["final_train_loss"]  # it did change the arithmetic
+    assert abs(bf16.summary["acc_mean"] - fp32.summary["acc_mean"]) < 10
