@@ -112,8 +112,10 @@ class FedPAC(Algorithm):
 
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         c, d = model.num_classes, model.feature_dim
+        device = next(model.parameters()).device
         return {"body": snapshot(model.body), "init_head": snapshot(model.head), "heads": {},
-                "centroids": torch.zeros(c, d), "has_centroid": torch.zeros(c, dtype=torch.bool),
+                "centroids": torch.zeros(c, d, device=device),
+                "has_centroid": torch.zeros(c, dtype=torch.bool, device=device),
                 "weights": torch.zeros(0, 0), "weight_clients": torch.zeros(0, dtype=torch.long),
                 "qp_failures": 0}
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import signal
 import sys
 import traceback
 import types
@@ -88,9 +89,9 @@ class ClientWorker:
 
     def client(self, client_id: int, round_index: int, purpose: int, state: dict) -> Client:
         x, y = self.train_data[client_id]
+        # A CPU generator on every device: a GPU run shuffles exactly like a CPU run.
         return Client(client_id, round_index, x, y, self.num_classes, state,
-                      generator_for(self.seed, purpose, round_index, client_id, device=x.device),
-                      self.model, self.settings)
+                      generator_for(self.seed, purpose, round_index, client_id), self.model, self.settings)
 
     def run(self, job: ClientJob) -> ClientResult:
         if job.kind == TRAIN:
@@ -206,6 +207,13 @@ class _Processes:
             conn.send(("setup", setup))  # the tensors go through shared memory
 
     def run(self, groups: Sequence[Sequence[ClientJob]]) -> list[ClientResult]:
+        try:
+            return self._run(groups)
+        except BaseException:  # e.g. Ctrl-C in a notebook: replies may be pending, start afresh
+            self.shutdown()
+            raise
+
+    def _run(self, groups: Sequence[Sequence[ClientJob]]) -> list[ClientResult]:
         busy = []
         for conn, group in zip(self.connections, groups):
             if group:
@@ -315,6 +323,7 @@ def _unpack(packed: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _worker_main(conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     torch.set_num_threads(1)
     worker: ClientWorker | None = None
     while True:
