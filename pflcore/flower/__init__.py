@@ -49,9 +49,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pflcore.flower needs Flower: install the extra with `pip install -e .[flower]` "
                       f"(flwr[simulation]>=1.41,<1.43); importing flwr failed: {exc}") from exc
 
-from .app import (GridExecutor, assign_clients, make_client_app, make_server_app, serve,  # noqa: E402
-                  simulate)
+from .app import (ClientsFailed, GridExecutor, assign_clients, make_client_app, make_server_app,  # noqa: E402
+                  serve, simulate)
 from .codec import CodecError, decode, encode  # noqa: E402
 
-__all__ = ["OFFLINE_ENV", "CodecError", "GridExecutor", "assign_clients", "decode", "encode",
+__all__ = ["OFFLINE_ENV", "ClientsFailed", "CodecError", "GridExecutor", "assign_clients", "decode", "encode",
            "make_client_app", "make_server_app", "serve", "simulate"]

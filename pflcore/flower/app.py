@@ -3,11 +3,12 @@
 Server: :func:`serve` waits for the SuperNodes, asks each for its ``partition-id`` (one
 QUERY round), assigns the federation's clients to nodes (:func:`assign_clients`), then runs
 the unchanged engine (:func:`pflcore.engine.simulation.run`) with a :class:`GridExecutor`:
-every client job of a round becomes one Flower message to that client's node (TRAIN for
-local updates, EVALUATE for personalised evaluation), carrying the client's own payload
-(FedPAC: its personal head), its personal state and the experiment config. A node that
-fails or does not answer in time leaves its clients out of that round (the engine records
-them under ``"failed"``); the rounds go on with the others.
+each exchange sends every node one message (TRAIN for local updates, EVALUATE for
+personalised evaluation) with the jobs of the clients it serves, each with that client's
+own payload (FedPAC: its personal head), its personal state, and the experiment config.
+A node that fails or does not answer in time leaves its clients out of that round (the
+engine records them under ``"failed"``); the rounds go on with the others. One message
+per node, not per client, because a deployed node starts a new process per message.
 
 Client: :func:`make_client_app` builds, once per process and config, the federation's data
 from the config and the engine's :class:`~pflcore.engine.executors.ClientWorker`, decodes
@@ -25,6 +26,7 @@ import logging
 import os
 import time
 import uuid
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Mapping
@@ -35,30 +37,41 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..config import ConfigError, ExperimentConfig
-from ..engine.executors import EVALUATE, TRAIN, ClientJob, ClientResult, ClientWorker
+from ..engine.executors import EVALUATE, TRAIN, ClientJob, ClientResult, ClientWorker, resolve_workers
 from ..engine.results import RunDirectory, RunResult
 from ..engine.simulation import Simulation, build_data, run
 from .codec import decode, encode
 
 log = logging.getLogger(__name__)
 
-JOB = "job"          # ConfigRecord: kind, client-id, round, token, config, threads, fail
-RESULT = "result"    # ConfigRecord of a reply: token, seconds
+JOB = "job"          # ConfigRecord: kind, round, token, config, threads, clients (JSON), fail
+RESULT = "result"    # ConfigRecord of a reply: token, errors (JSON: job index -> why), seconds
 NODE = "node"        # ConfigRecord of a QUERY reply: partition-id
 _MESSAGE_TYPES = {TRAIN: MessageType.TRAIN, EVALUATE: MessageType.EVALUATE}
 
 
 # ====================================================================== server side
+class ClientsFailed(RuntimeError):
+    """Every client job of an exchange raised an error: most likely a bug, not a flaky node."""
+
+
 class GridExecutor:
     """An engine executor whose clients are Flower nodes reached through a ``Grid``.
 
-    ``client_nodes`` maps every client id to the node that serves it. ``timeout`` (seconds,
-    ``None`` = wait for every reply) bounds each exchange; a missing or error reply becomes
-    a failed :class:`ClientResult`. ``threads`` > 0 asks the nodes to use that many torch
-    threads (``simulate`` passes this process's count so the numbers match the in-process
-    engine). ``fail_clients``: client ids whose node is told to raise instead of working,
-    for testing fault tolerance. ``log`` records each exchange: who got what (a digest of
-    every payload entry), how long it took and who failed.
+    ``client_nodes`` maps every client id to the node that serves it. Each exchange sends
+    one message per node (TRAIN for local updates, EVALUATE for personalised evaluation)
+    holding the jobs of the clients it serves: each client's own payload and personal
+    state, the config and the round. ``timeout`` (seconds, ``None`` = wait for every reply)
+    bounds each exchange; a node's missing or error reply fails its clients' jobs, a job
+    that raises on the node fails alone (see :func:`handle`); the engine leaves failed
+    clients out of the round and records them. If every job of an exchange raised,
+    :class:`ClientsFailed` stops the run (a bug would otherwise skip every round).
+
+    ``threads`` > 0 asks the nodes to use that many torch threads (``simulate`` passes
+    this process's count so the numbers match the in-process engine). ``fail_clients``:
+    the nodes serving these client ids are told to raise instead of working (testing fault
+    tolerance). ``log`` records each exchange: who got what (a digest of each payload
+    entry), on which node, how long it took and who failed.
     """
 
     def __init__(self, grid: Grid, config: ExperimentConfig, client_nodes: Mapping[int, int], *,
@@ -76,45 +89,67 @@ class GridExecutor:
 
     def run(self, jobs: list[ClientJob]) -> list[ClientResult]:
         t0 = time.perf_counter()
-        messages, tokens = [], []
-        for job in jobs:
+        groups: dict[tuple[int, str], list[int]] = {}  # (node, kind) -> indices into jobs
+        for i, job in enumerate(jobs):
+            groups.setdefault((self.client_nodes[job.client_id], job.kind), []).append(i)
+        sent = []
+        for (node, kind), idx in groups.items():
             token = uuid.uuid4().hex
-            content = RecordDict({
-                JOB: ConfigRecord({"kind": job.kind, "client-id": int(job.client_id), "round": int(job.round),
-                                   "token": token, "config": self.config_json, "threads": self.threads,
-                                   "fail": job.client_id in self.fail_clients}),
-                **encode(job.payload, "payload"), **encode(job.state, "state")})
+            records: dict[str, Any] = {JOB: ConfigRecord({
+                "kind": kind, "round": int(jobs[idx[0]].round), "token": token, "config": self.config_json,
+                "threads": self.threads, "clients": json.dumps([int(jobs[i].client_id) for i in idx]),
+                "fail": any(jobs[i].client_id in self.fail_clients for i in idx)})}
+            for k, i in enumerate(idx):
+                records.update(encode(jobs[i].payload, f"payload.{k}"))
+                records.update(encode(jobs[i].state, f"state.{k}"))
             kwargs = {"ttl": float(self.timeout)} if self.timeout else {}
-            messages.append(Message(content, dst_node_id=self.client_nodes[job.client_id],
-                                    message_type=_MESSAGE_TYPES[job.kind], group_id=str(job.round), **kwargs))
-            tokens.append(token)
+            msg = Message(RecordDict(records), dst_node_id=node, message_type=_MESSAGE_TYPES[kind],
+                          group_id=str(jobs[idx[0]].round), **kwargs)
+            sent.append((node, idx, token, msg))
         replies = {r.metadata.reply_to_message_id: r
-                   for r in self.grid.send_and_receive(messages, timeout=self.timeout)}
-        results, entries = [], []
-        for job, msg, token in zip(jobs, messages, tokens):
-            node = self.client_nodes[job.client_id]
-            result = self._result(job, node, token, replies.get(msg.metadata.message_id))
-            results.append(result)
-            entries.append({"client": job.client_id, "node": node, "payload": _digests(job.payload),
-                            **({"error": result.error} if result.failed else {})})
-        kind = jobs[0].kind if jobs else TRAIN
-        self.log.append({"round": jobs[0].round + 1 if jobs else None, "kind": kind, "jobs": entries,
-                         "seconds": time.perf_counter() - t0})
-        return results
+                   for r in self.grid.send_and_receive([m for *_, m in sent], timeout=self.timeout)}
+        results: list[ClientResult | None] = [None] * len(jobs)
+        raised = 0
+        for node, idx, token, msg in sent:
+            for i, (result, from_node) in zip(idx, self._unpack(jobs, node, idx, token,
+                                                                replies.get(msg.metadata.message_id))):
+                results[i] = result
+                raised += from_node
+        self.log.append({"round": jobs[0].round + 1 if jobs else None, "kind": jobs[0].kind if jobs else None,
+                         "seconds": time.perf_counter() - t0,
+                         "jobs": [{"client": job.client_id, "node": self.client_nodes[job.client_id],
+                                   "payload": _digests(job.payload),
+                                   **({"error": r.error} if r.failed else {})} for job, r in zip(jobs, results)]})
+        if jobs and raised == len(jobs):
+            raise ClientsFailed(f"every client job of round {jobs[0].round + 1} failed on its node; the first: "
+                                f"{results[0].error}")
+        return results  # type: ignore[return-value]
 
-    def _result(self, job: ClientJob, node: int, token: str, reply: Message | None) -> ClientResult:
+    def _unpack(self, jobs: list[ClientJob], node: int, idx: list[int], token: str,
+                reply: Message | None) -> list[tuple[ClientResult, bool]]:
+        """One (result, raised-on-the-node) per job of a node's message."""
+        def failed(why: str, raised: bool) -> list[tuple[ClientResult, bool]]:
+            return [(ClientResult(None, jobs[i].state, error=why), raised) for i in idx]
+
         if reply is None:
-            return ClientResult(None, job.state, error=f"node {node} sent no reply within {self.timeout} s")
+            return failed(f"node {node} sent no reply within {self.timeout} s", False)
         if reply.has_error():
-            return ClientResult(None, job.state, error=f"node {node} failed: {reply.error.reason}")
+            return failed(f"node {node} failed: {reply.error.reason}", True)
         try:
-            if reply.content[RESULT]["token"] != token:
-                raise ValueError("the reply answers another job")
-            output = decode(reply.content, "output")
-            state = decode(reply.content, "state") if job.kind == TRAIN else job.state
+            head = reply.content[RESULT]
+            if head["token"] != token:
+                raise ValueError("the reply answers another message")
+            errors = {int(k): v for k, v in json.loads(str(head["errors"])).items()}
+            out = []
+            for k, i in enumerate(idx):
+                if k in errors:
+                    out.append((ClientResult(None, jobs[i].state, error=f"node {node}: {errors[k]}"), True))
+                    continue
+                state = decode(reply.content, f"state.{k}") if jobs[i].kind == TRAIN else jobs[i].state
+                out.append((ClientResult(decode(reply.content, f"output.{k}"), state), False))
+            return out
         except (KeyError, TypeError, ValueError) as exc:
-            return ClientResult(None, job.state, error=f"node {node} sent an unreadable reply: {exc}")
-        return ClientResult(output, state)
+            return failed(f"node {node} sent an unreadable reply: {exc}", True)
 
     def close(self) -> None:
         pass
@@ -215,26 +250,39 @@ def client_worker(config_json: str, data_root: str | None = None) -> ClientWorke
 
 
 def handle(msg: Message, context: Context) -> Message:
-    """Run the job in ``msg`` on this node and reply with its result (TRAIN or EVALUATE)."""
-    job_cfg = msg.content[JOB]
-    kind, cid = str(job_cfg["kind"]), int(job_cfg["client-id"])
+    """Run the jobs in ``msg`` (TRAIN or EVALUATE) on this node and reply with their results.
+
+    A job that raises is reported in the reply (that client fails, the others on this node
+    go on); anything else that goes wrong fails the whole message (Flower's error reply)."""
+    head = msg.content[JOB]
+    kind, clients = str(head["kind"]), [int(c) for c in json.loads(str(head["clients"]))]
     if _MESSAGE_TYPES.get(kind) != msg.metadata.message_type.split(".")[0]:
-        raise ValueError(f"a {msg.metadata.message_type!r} message carries a {kind!r} job.")
-    if bool(job_cfg["fail"]):
-        raise RuntimeError(f"client {cid} was told to fail (pflcore fault-tolerance test)")
-    threads = int(job_cfg["threads"])
+        raise ValueError(f"a {msg.metadata.message_type!r} message carries {kind!r} jobs.")
+    if bool(head["fail"]):
+        raise RuntimeError(f"the node serving clients {clients} was told to fail (pflcore fault-tolerance test)")
+    threads = int(head["threads"])
     if threads > 0 and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     data_root = context.node_config.get("data-root")
-    worker = client_worker(str(job_cfg["config"]), str(data_root) if data_root else None)
-    job = ClientJob(kind, cid, int(job_cfg["round"]), decode(msg.content, "payload"), decode(msg.content, "state"))
-    result = worker.run(job)
-    content = RecordDict({RESULT: ConfigRecord({"token": str(job_cfg["token"]),
-                                                "seconds": time.perf_counter() - t0}),
-                          **encode(result.output, "output"),
-                          **(encode(result.state, "state") if kind == TRAIN else {})})
-    return Message(content, reply_to=msg)
+    worker = client_worker(str(head["config"]), str(data_root) if data_root else None)
+    records: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for k, cid in enumerate(clients):
+        job = ClientJob(kind, cid, int(head["round"]), decode(msg.content, f"payload.{k}"),
+                        decode(msg.content, f"state.{k}"))
+        try:
+            result = worker.run(job)
+        except Exception as exc:  # this client fails; the node's other clients go on
+            log.exception("client %s failed", cid)
+            errors[str(k)] = f"client {cid} raised {type(exc).__name__}: {exc}"
+            continue
+        records.update(encode(result.output, f"output.{k}"))
+        if kind == TRAIN:
+            records.update(encode(result.state, f"state.{k}"))
+    records[RESULT] = ConfigRecord({"token": str(head["token"]), "errors": json.dumps(errors),
+                                    "seconds": time.perf_counter() - t0})
+    return Message(RecordDict(records), reply_to=msg)
 
 
 def make_client_app() -> ClientApp:
@@ -269,11 +317,16 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
     Same results object and results directory as :func:`pflcore.run` (a finished run there
     is loaded, not re-run; use another ``output_dir`` or ``name`` to compare the two).
     ``num_supernodes`` (default: one per client) virtual nodes with ``partition-id``
-    0..N-1; with fewer nodes than clients a node serves several client ids. ``client_cpus``
-    (default: all cores, so clients run one after the other) are Ray's CPUs per client;
-    ``threads`` (default: this process's torch threads) the torch threads each uses.
-    ``timeout`` bounds each exchange (seconds; ``None``: wait). ``fail_clients``: client
-    ids whose node raises instead of working (fault-tolerance tests).
+    0..N-1; with fewer nodes than clients a node serves several client ids.
+
+    By default the nodes work the way the in-process engine would for this config, so the
+    numbers match: with worker processes (``workers``, default ``"auto"``: one per core)
+    each client job gets one torch thread and ``cores / workers`` of Ray's CPUs (that many
+    jobs at once); in-process (``workers=0``) one job at a time with this process's torch
+    threads. ``client_cpus`` (Ray CPUs per client job) and ``threads`` (torch threads per
+    job) override this. ``timeout`` bounds each exchange (seconds; ``None``: wait).
+    ``fail_clients``: the nodes serving these client ids raise instead of working
+    (fault-tolerance tests).
     """
     config = _as_config(config)
     cores = _cores()
@@ -282,10 +335,11 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
         raise ValueError(f"num_supernodes = {num_supernodes!r} is not allowed: it must be an integer >= 1.")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout = {timeout!r} is not allowed: it must be a number of seconds > 0, or None.")
-    cpus = cores if client_cpus is None else client_cpus
+    default_threads, parallel = matching_threads(config)
+    cpus = cores / parallel if client_cpus is None else client_cpus
     if not isinstance(cpus, (int, float)) or isinstance(cpus, bool) or not 0 < cpus <= cores:
         raise ValueError(f"client_cpus = {client_cpus!r} is not allowed: it must be a number in (0, {cores}].")
-    threads = torch.get_num_threads() if threads is None else threads
+    threads = default_threads if threads is None else threads
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
         raise ValueError(f"threads = {threads!r} is not allowed: it must be an integer >= 0 (0: the node's default).")
     bad = [c for c in fail_clients if not 0 <= int(c) < config.num_clients]
@@ -306,7 +360,8 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
                       "init_args": {"num_cpus": cores, "include_dashboard": False,
                                     "logging_level": logging.INFO if verbose else logging.ERROR,
                                     "log_to_driver": bool(verbose)}}
-    with _flower_logging(verbose, config.quiet):
+    with _flower_logging(verbose, config.quiet), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module="ray")  # a tip about GPU env vars
         run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=n,
                        backend_config=backend_config, verbose_logging=verbose)
     if not box:
@@ -315,6 +370,13 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
 
 
 # ====================================================================== helpers
+def matching_threads(config: ExperimentConfig) -> tuple[int, int]:
+    """(torch threads per client job, jobs at once) of the in-process engine for ``config``:
+    worker processes use one thread each; in-process work uses this process's threads."""
+    workers = resolve_workers(config.workers, device=config.device, num_clients=config.num_clients)
+    return (1, workers) if workers > 1 else (torch.get_num_threads(), 1)
+
+
 def _as_config(config: ExperimentConfig | dict | str | Path) -> ExperimentConfig:
     """A validated config from a config, a mapping, a YAML/JSON file or a JSON string."""
     if isinstance(config, ExperimentConfig):
@@ -378,5 +440,5 @@ def _flower_logging(verbose: bool, quiet: bool) -> Iterator[None]:
         logger.setLevel(saved)
 
 
-__all__ = ["GridExecutor", "assign_clients", "client_worker", "handle", "make_client_app", "make_server_app",
-           "query_partitions", "serve", "simulate", "wait_for_nodes"]
+__all__ = ["ClientsFailed", "GridExecutor", "assign_clients", "client_worker", "handle", "make_client_app",
+           "make_server_app", "matching_threads", "query_partitions", "serve", "simulate", "wait_for_nodes"]

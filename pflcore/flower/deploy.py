@@ -1,0 +1,308 @@
+"""Run an experiment on Flower's deployment engine: a SuperLink and N SuperNodes on 127.0.0.1.
+
+    python -m pflcore.flower.deploy --config experiment.yaml --supernodes 2
+
+starts, each in its own process group and logging to ``<workdir>/logs/``:
+
+1. ``flower-superlink --insecure --host 127.0.0.1 --port P --database state.db
+   --disable-runtime-dependency-installation``
+2. N x ``flower-supernode --insecure --superlink 127.0.0.1:P --host 127.0.0.1 --port Q_i
+   --node-config "partition-id=i num-partitions=N"``
+3. ``flwr run <workdir>/app pflcore-local --run-config run_config.toml --stream``, where
+   ``app/pyproject.toml`` points at :mod:`pflcore.flower.apps` and ``FLWR_HOME`` (a
+   ``config.toml`` naming only this SuperLink) lies in the workdir,
+
+waits for the run, stops every process it started by PID (its process group: SIGTERM,
+then SIGKILL), and returns the run's :class:`~pflcore.engine.results.RunResult` from the
+results directory (the same one ``pflcore.run`` would write). Everything stays on the
+loopback interface, with Flower's telemetry, update check and runtime dependency
+installation off. Real machines: README, section "Flower".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..engine.results import RunResult
+from . import OFFLINE_ENV
+from .app import _as_config, matching_threads
+from .apps import RUN_CONFIG_DEFAULTS
+
+CONNECTION = "pflcore-local"
+
+APP_PYPROJECT = """\
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "pflcore-experiment"
+version = "0.1.0"
+description = "A pflcore experiment on Flower"
+license = "MIT"
+dependencies = []  # pflcore[flower] is installed on every machine beforehand
+
+[tool.flwr.app]
+publisher = "pflcore"
+
+[tool.flwr.app.components]
+serverapp = "pflcore.flower.apps:server_app"
+clientapp = "pflcore.flower.apps:client_app"
+
+[tool.flwr.app.config]
+{config}
+"""
+
+
+class DeploymentError(RuntimeError):
+    """The deployed run did not finish; the message says where its logs are."""
+
+
+def deploy(config: Any, *, supernodes: int = 2, workdir: str | Path | None = None, overwrite: bool = False,
+           timeout: float | None = None, run_timeout: float = 900.0, startup_timeout: float = 60.0,
+           threads: int | None = None, log=print) -> RunResult:
+    """Run ``config`` (an ExperimentConfig, a mapping, or a YAML/JSON path) on a local
+    SuperLink with ``supernodes`` SuperNodes; see the module docstring. ``timeout`` bounds
+    each exchange (seconds), ``run_timeout`` the whole run; ``workdir`` (default: a new
+    temporary folder) keeps the app, the logs and ``report.json`` (who served whom).
+    ``threads``: torch threads per client job on the nodes (default: as the in-process
+    engine would use for this config, see :func:`pflcore.flower.simulate`; 0: the nodes'
+    own default)."""
+    config = _as_config(config)
+    if not isinstance(supernodes, int) or isinstance(supernodes, bool) or supernodes < 1:
+        raise ValueError(f"supernodes = {supernodes!r} is not allowed: it must be an integer >= 1.")
+    for name, value in (("run_timeout", run_timeout), ("startup_timeout", startup_timeout)):
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{name} = {value!r} is not allowed: it must be a number of seconds > 0.")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout = {timeout!r} is not allowed: it must be a number of seconds > 0, or None.")
+    if threads is None:
+        threads = matching_threads(config)[0]
+    # The ServerApp runs in a process of the SuperLink's: give it absolute paths.
+    config = config.replace(output_dir=str(Path(config.output_dir).resolve()))
+    work = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="pflcore-deploy-"))
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (work / "home").mkdir(exist_ok=True)
+    (work / "app").mkdir(exist_ok=True)
+    (work / "experiment.json").write_text(json.dumps(config.to_dict(), indent=1) + "\n")
+    report = work / "report.json"
+    report.unlink(missing_ok=True)
+    run_config = {**RUN_CONFIG_DEFAULTS, "config": str(work / "experiment.json"), "overwrite": overwrite,
+                  "timeout": float(timeout or 0.0), "min-nodes": supernodes, "join-timeout": float(startup_timeout),
+                  "threads": threads, "report": str(report)}
+    (work / "app" / "pyproject.toml").write_text(APP_PYPROJECT.format(config=_toml(RUN_CONFIG_DEFAULTS)))
+    (work / "run_config.toml").write_text(_toml(run_config))
+    port, *node_ports = free_ports(1 + supernodes)
+    (work / "home" / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+    env = {**os.environ, **OFFLINE_ENV, "FLWR_HOME": str(work / "home")}
+
+    procs: list[subprocess.Popen] = []
+    result: RunResult | None = None
+    try:
+        procs.append(_start([_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
+                             "--database", str(work / "state.db"), "--disable-runtime-dependency-installation"],
+                            logs / "superlink.log", env, work))
+        _wait_for_port(port, startup_timeout, procs[0], logs / "superlink.log")
+        for i, node_port in enumerate(node_ports):
+            procs.append(_start([_tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
+                                 "--host", "127.0.0.1", "--port", str(node_port),
+                                 "--node-config", f"partition-id={i} num-partitions={supernodes}"],
+                                logs / f"supernode-{i}.log", env, work))
+        log(f"SuperLink on 127.0.0.1:{port} and {supernodes} SuperNodes started; logs in {logs}")
+        t0 = time.perf_counter()
+        runner = _start([_tool("flwr"), "run", str(work / "app"), CONNECTION, "--run-config",
+                         str(work / "run_config.toml"), "--stream"], logs / "flwr-run.log", env, work)
+        procs.append(runner)
+        try:
+            runner.wait(timeout=run_timeout)
+        except subprocess.TimeoutExpired:
+            raise DeploymentError(f"the deployed run did not finish within {run_timeout:g} s; logs in {logs}.") from None
+        # `flwr run --stream` returns when the run ends; the report is written just before.
+        deadline = time.monotonic() + 10
+        while not report.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not report.exists():
+            raise DeploymentError(f"the deployed run ended without a result (flwr run exit code {runner.returncode}); "
+                                  f"see {logs / 'flwr-run.log'}:\n{_tail(logs / 'flwr-run.log')}")
+        info = json.loads(report.read_text())
+        result = RunResult.load(info["path"])
+        result.extras["flower"] = {**info.get("flower", {}), "wall_seconds": time.perf_counter() - t0,
+                                   "workdir": str(work)}
+        return result
+    finally:
+        stopped = stop(procs)
+        if result is not None:
+            result.extras["flower"]["stopped_pids"] = stopped
+
+
+def stop(procs: Sequence[subprocess.Popen], grace: float = 10.0) -> list[int]:
+    """Stop each process and everything it started, by PID: SIGTERM to the process, its
+    descendants and its process group, then SIGKILL to whatever is left after ``grace`` s.
+    (Flower starts some helpers in new sessions, so process groups alone are not enough.)
+    Returns the PIDs it signalled."""
+    pids = process_tree([p.pid for p in procs])
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        for proc in procs:
+            proc.poll()  # reap our own children
+        time.sleep(0.1)
+    for pid in process_tree([pid for pid in pids if _alive(pid)]):
+        _kill(pid, signal.SIGKILL)
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    return pids
+
+
+def process_tree(roots: Sequence[int]) -> list[int]:
+    """``roots`` and all their live descendants (Linux /proc), parents first."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _pgid in _processes():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [r for r in roots if _alive(r)]
+    while todo:
+        pid = todo.pop(0)
+        if pid not in out:
+            out.append(pid)
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live processes in process group ``pgid`` (Linux /proc)."""
+    return [pid for pid, _ppid, g in _processes() if g == pgid]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 right now."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# ---------------------------------------------------------------------- internals
+def _start(cmd: list[str], logfile: Path, env: dict, cwd: Path) -> subprocess.Popen:
+    with open(logfile, "ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=cwd, start_new_session=True)
+
+
+def _processes() -> list[tuple[int, int, int]]:
+    """(pid, ppid, pgid) of every live, non-zombie process."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        if fields[0] not in ("Z", "X"):
+            out.append((int(entry.name), int(fields[1]), int(fields[2])))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] not in ("Z", "X")
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tool(name: str) -> str:
+    """A Flower command from this Python's environment (falls back to PATH)."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"the Flower command {name!r} is not installed: `pip install -e .[flower]`.")
+    return found
+
+
+def _wait_for_port(port: int, timeout: float, proc: subprocess.Popen, logfile: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DeploymentError(f"the SuperLink exited with code {proc.returncode}:\n{_tail(logfile)}")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise DeploymentError(f"the SuperLink did not open 127.0.0.1:{port} within {timeout:g} s:\n{_tail(logfile)}")
+
+
+def _toml(values: dict) -> str:
+    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())  # JSON scalars are TOML scalars
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pflcore.flower.deploy", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="experiment YAML/JSON file")
+    parser.add_argument("--supernodes", type=int, default=2, help="number of SuperNodes (default 2)")
+    parser.add_argument("--workdir", default=None, help="folder for the app, logs and report (default: a temp dir)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a results directory holding this run")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds to wait for the nodes per exchange")
+    parser.add_argument("--run-timeout", type=float, default=900.0, help="seconds for the whole run (default 900)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per client job (default: as in-process; 0: the nodes' default)")
+    args = parser.parse_args(argv)
+    result = deploy(args.config, supernodes=args.supernodes, workdir=args.workdir, overwrite=args.overwrite,
+                    timeout=args.timeout, run_timeout=args.run_timeout, threads=args.threads)
+    s = result.summary
+    print(f"{s['method']} on {args.supernodes} SuperNodes: acc_mean {s['acc_mean']:.2f} +- {s['acc_std']:.2f} "
+          f"after {s['rounds']} rounds; results in {result.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
