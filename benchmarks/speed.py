@@ -8,10 +8,11 @@ samples per round), on
 - ``fmnist``: Fashion-MNIST with FedPAC's 28x28 grey CNN;
 - ``rgb32``: FedPAC's 32x32 RGB CNN on random tensors of CIFAR's shape.
 
-For every (model, method, workers, precision) it times rounds and the evaluation of all
-clients (median of ``--repeats`` after one warm-up, with min and max), and reports
-training samples/s as a fraction of the float32 peak measured at the start of the same
-run (torch.mm 4096 x 4096 with every core; one thread per core, as the workers use).
+For every (model, method, workers, precision) it times whole rounds, the clients' local
+training within them (what the executor spends, inter-process traffic included; the
+server's aggregation is the rest of the round) and the evaluation of all clients (median
+of ``--repeats`` after one warm-up, with min and max), and reports local-training
+samples/s as a fraction of the float32 peak measured at the start of the same run (torch.mm 4096 x 4096 with every core; one thread per core, as the workers use).
 It writes a JSON record (default ``benchmarks/results/speed-<date>.json``) and prints a
 table. A benchmark, not a test: run it on a quiet machine (another busy process can
 slow a run several-fold).
@@ -110,27 +111,51 @@ def measure(name: str, method: str, workers: int, precision: str, repeats: int, 
     torch.set_num_threads(threads)
     sim = Simulation(config, data)
     sim.use_workers(workers)
+    timer = _Timed(sim.executor)
+    sim.executor = timer
     try:
         samples = int(data.train_sizes.sum()) * config.local_epochs
         sim.run_round(0)  # warm-up (and the pool's first setup)
         sim.evaluate(0)
-        rounds, evals = [], []
+        rounds, trains, evals = [], [], []
         for r in range(1, repeats + 1):
+            timer.seconds = 0.0
             t0 = time.perf_counter()
             sim.run_round(r)
             rounds.append(time.perf_counter() - t0)
+            trains.append(timer.seconds)
             t0 = time.perf_counter()
             sim.evaluate(r)
             evals.append(time.perf_counter() - t0)
     finally:
+        sim.executor = timer.inner
         sim.close()
     flops = training_flops_per_sample(sim.model, data.train[0].x)
-    med = statistics.median(rounds)
+    train = statistics.median(trains)
     return {"model": name, "method": method, "workers": workers, "threads_per_process": threads,
             "precision": precision, "samples_per_round": samples, "train_mflop_per_sample": flops / 1e6,
-            "round_s_median": med, "round_s_min": min(rounds), "round_s_max": max(rounds),
-            "samples_per_s": samples / med, "eval_s_median": statistics.median(evals),
-            "eval_s_min": min(evals), "eval_s_max": max(evals), "train_gflop_s": samples * flops / med / 1e9}
+            "round_s_median": statistics.median(rounds), "round_s_min": min(rounds), "round_s_max": max(rounds),
+            "train_s_median": train, "train_s_min": min(trains), "train_s_max": max(trains),
+            "samples_per_s": samples / train, "eval_s_median": statistics.median(evals),
+            "eval_s_min": min(evals), "eval_s_max": max(evals), "train_gflop_s": samples * flops / train / 1e9}
+
+
+class _Timed:
+    """Wraps an executor and adds up the seconds spent in the clients' work (local
+    training, including any inter-process traffic), apart from the server's part."""
+
+    def __init__(self, inner):
+        self.inner, self.seconds = inner, 0.0
+
+    def run(self, jobs):
+        t0 = time.perf_counter()
+        try:
+            return self.inner.run(jobs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def close(self):
+        self.inner.close()
 
 
 def main() -> None:
@@ -173,7 +198,7 @@ def _line(r: dict) -> str:
     mode = f"{r['workers']} workers x 1 thread" if r["workers"] > 1 else f"in-process, {r['threads_per_process']} threads"
     return (f"{r['model']:6s} {r['method']:7s} {r['precision']:8s} {mode:26s} "
             f"round {r['round_s_median']:5.2f} s [{r['round_s_min']:.2f}-{r['round_s_max']:.2f}]  "
-            f"{r['samples_per_s']:7,.0f} samples/s  {100 * r['fraction_of_fp32_peak']:4.0f}% of fp32 peak  "
+            f"training {r['train_s_median']:5.2f} s  {r['samples_per_s']:7,.0f} samples/s  {100 * r['fraction_of_fp32_peak']:4.0f}% of fp32 peak  "
             f"eval {r['eval_s_median']:.2f} s")
 
 

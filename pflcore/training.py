@@ -79,7 +79,10 @@ def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor,
             order = torch.randperm(n, generator=generator, device=generator.device).to(x.device)
             xs, ys = x[order], y[order]
             for start in range(0, n, bs):
-                with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=low_precision):
+                if low_precision:
+                    with torch.autocast(x.device.type, dtype=torch.bfloat16):
+                        loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
+                else:
                     loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

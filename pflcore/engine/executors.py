@@ -322,8 +322,23 @@ def _unpack(packed: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+def _keep_freed_memory() -> None:
+    """Ask glibc to keep freed buffers (up to 32 MiB each) instead of returning them to the
+    OS: otherwise every step's activation gradients are fresh pages, and page faults cost
+    about 10% of a small CNN's step on this machine. Numbers are unaffected."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 * 1024 * 1024)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1024 * 1024 * 1024)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+
+
 def _worker_main(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _keep_freed_memory()
     torch.set_num_threads(1)
     worker: ClientWorker | None = None
     while True:
