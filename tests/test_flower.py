@@ -222,7 +222,13 @@ def test_simulate_rejects_bad_arguments_before_any_work(tmp_path):
         simulate(config, fail_clients=[9])
     with pytest.raises(pflcore.ConfigError, match="rounds"):
         simulate({**config.to_dict(), "rounds": 0})
-    assert not (tmp_path / config.run_name()).exists()
+    from pflcore.flower.deploy import deploy, main
+
+    with pytest.raises(ValueError, match="supernodes"):
+        deploy(config, supernodes=0, workdir=tmp_path / "work")
+    with pytest.raises(pflcore.ConfigError, match="neither a JSON object nor an existing"):
+        main(["--config", str(tmp_path / "missing.yaml")])
+    assert not (tmp_path / config.run_name()).exists() and not (tmp_path / "work").exists()
 
 
 def test_import_pflcore_does_not_import_flower():

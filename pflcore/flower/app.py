@@ -110,6 +110,7 @@ class GridExecutor:
                    for r in self.grid.send_and_receive([m for *_, m in sent], timeout=self.timeout)}
         results: list[ClientResult | None] = [None] * len(jobs)
         raised = 0
+        memo: dict[int, str] = {}  # payload entries shared by several clients are hashed once
         for node, idx, token, msg in sent:
             for i, (result, from_node) in zip(idx, self._unpack(jobs, node, idx, token,
                                                                 replies.get(msg.metadata.message_id))):
@@ -118,7 +119,7 @@ class GridExecutor:
         self.log.append({"round": jobs[0].round + 1 if jobs else None, "kind": jobs[0].kind if jobs else None,
                          "seconds": time.perf_counter() - t0,
                          "jobs": [{"client": job.client_id, "node": self.client_nodes[job.client_id],
-                                   "payload": _digests(job.payload),
+                                   "payload": _digests(job.payload, memo),
                                    **({"error": r.error} if r.failed else {})} for job, r in zip(jobs, results)]})
         if jobs and raised == len(jobs):
             raise ClientsFailed(f"every client job of round {jobs[0].round + 1} failed on its node; the first: "
@@ -201,8 +202,11 @@ def serve(grid: Grid, config: ExperimentConfig | dict, *, overwrite: bool = Fals
     them. Returns the run's result; ``result.extras["flower"]`` says which node served which
     client and what each exchange sent (payload digests), took and lost."""
     config = _as_config(config)
+    t0 = time.perf_counter()
     nodes = wait_for_nodes(grid, min_nodes, join_timeout)
+    t1 = time.perf_counter()
     partitions = query_partitions(grid, nodes, timeout if timeout is not None else join_timeout)
+    t2 = time.perf_counter()
     client_nodes = assign_clients(partitions, config.num_clients)
     executor = GridExecutor(grid, config, client_nodes, timeout=timeout, threads=threads, fail_clients=fail_clients)
     try:
@@ -211,7 +215,8 @@ def serve(grid: Grid, config: ExperimentConfig | dict, *, overwrite: bool = Fals
         executor.close()
     result.extras["flower"] = {"nodes": {str(n): p for n, p in partitions.items()},
                                "clients": {str(c): n for c, n in client_nodes.items()},
-                               "exchanges": executor.log}
+                               "join_seconds": t1 - t0, "query_seconds": t2 - t1,
+                               "run_seconds": time.perf_counter() - t2, "exchanges": executor.log}
     return result
 
 
@@ -394,11 +399,17 @@ def _as_config(config: ExperimentConfig | dict | str | Path) -> ExperimentConfig
     raise ConfigError(f"config must be an ExperimentConfig, a mapping or a file path, got {type(config).__name__}.")
 
 
-def _digests(value: Any) -> dict[str, str]:
-    """A short hash of each top-level entry of a payload (to see who was sent what)."""
+def _digests(value: Any, memo: dict[int, str]) -> dict[str, str]:
+    """A short hash of each top-level entry of a payload (to see who was sent what);
+    ``memo`` caches them by object id while the payloads are alive."""
+    def one(v: Any) -> str:
+        if id(v) not in memo:
+            memo[id(v)] = _digest(v)
+        return memo[id(v)]
+
     if not isinstance(value, dict):
-        return {".": _digest(value)}
-    return {str(k): _digest(v) for k, v in value.items()}
+        return {".": one(value)}
+    return {str(k): one(v) for k, v in value.items()}
 
 
 def _digest(value: Any) -> str:
