@@ -231,9 +231,17 @@ def test_simulate_rejects_bad_arguments_before_any_work(tmp_path):
     assert not (tmp_path / config.run_name()).exists() and not (tmp_path / "work").exists()
 
 
-def test_import_pflcore_does_not_import_flower():
+def test_import_pflcore_does_not_import_flower_and_flower_stays_offline():
     code = "import sys, pflcore, pflcore.engine; assert 'flwr' not in sys.modules and 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    code = ("import os; os.environ['FLWR_TELEMETRY_ENABLED'] = '1'; import pflcore.flower, flwr.supercore.telemetry as t; "
+            "assert t.FLWR_TELEMETRY_ENABLED == '0' and os.environ['FLWR_DISABLE_UPDATE_CHECK'] == '1' and "
+            "os.environ['RAY_USAGE_STATS_ENABLED'] == '0' and "
+            "os.environ['FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION'] == '1' and os.environ['FLWR_HOME']")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    code = "import sys; sys.modules['flwr'] = None; import pflcore.flower"  # as if the extra were missing
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "pip install -e .[flower]" in out.stderr
 
 
 # ====================================================================== simulation engine
@@ -287,7 +295,9 @@ def test_fedpac_on_flower_simulation_matches_in_process_with_personal_heads(tmp_
 @pytest.mark.slow
 def test_failing_node_is_recorded_and_rounds_go_on(tmp_path):
     config = fmnist_config(tmp_path, rounds=2)
-    result = simulate(config, fail_clients={2})
+    seen = []
+    result = simulate(config, fail_clients={2}, on_round_end=lambda r, record: seen.append(r))
+    assert seen == [1, 2]
     for record in result.history:
         assert list(record["failed"]) == ["2"] and "told to fail" in record["failed"]["2"]
         assert record["participants"] == [0, 1, 2, 3] and not record.get("skipped")

@@ -316,7 +316,8 @@ def make_client_app() -> ClientApp:
 # ====================================================================== simulation
 def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = None, overwrite: bool = False,
              timeout: float | None = None, client_cpus: float | None = None, threads: int | None = None,
-             fail_clients: Collection[int] = (), verbose: bool = False) -> RunResult:
+             fail_clients: Collection[int] = (), on_round_end: Callable[[int, dict], None] | None = None,
+             verbose: bool = False) -> RunResult:
     """Run ``config`` on Flower's simulation engine in this process and return its result.
 
     Same results object and results directory as :func:`pflcore.run` (a finished run there
@@ -331,7 +332,8 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
     threads. ``client_cpus`` (Ray CPUs per client job) and ``threads`` (torch threads per
     job) override this. ``timeout`` bounds each exchange (seconds; ``None``: wait).
     ``fail_clients``: the nodes serving these client ids raise instead of working
-    (fault-tolerance tests).
+    (fault-tolerance tests). ``on_round_end`` as in :func:`pflcore.run` (called in the
+    ServerApp's thread); ``verbose`` shows Flower's and Ray's logs.
     """
     config = _as_config(config)
     cores = _cores()
@@ -359,7 +361,7 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
 
     box: list[RunResult] = []
     server_app = make_server_app(config, on_result=box.append, overwrite=overwrite, timeout=timeout, min_nodes=n,
-                                 threads=threads, fail_clients=fail_clients)
+                                 threads=threads, fail_clients=fail_clients, on_round_end=on_round_end)
     gpus = 1.0 if config.device.startswith("cuda") else 0.0
     backend_config = {"client_resources": {"num_cpus": cpus, "num_gpus": gpus},
                       "init_args": {"num_cpus": cores, "include_dashboard": False,
