@@ -13,7 +13,7 @@ training within them (what the executor spends, inter-process traffic included; 
 server's aggregation is the rest of the round) and the evaluation of all clients (median
 of ``--repeats`` after one warm-up, with min and max), and reports local-training
 samples/s as a fraction of the float32 peak measured at the start of the same run (torch.mm 4096 x 4096 with every core; one thread per core, as the workers use).
-It writes a JSON record (default ``benchmarks/results/speed-<date>.json``) and prints a
+It writes a JSON record (default ``benchmarks/records/speed-<date>.json``) and prints a
 table. A benchmark, not a test: run it on a quiet machine (another busy process can
 slow a run several-fold).
 """
@@ -187,7 +187,7 @@ def main() -> None:
               "cpu": platform.processor() or platform.machine(), "cores": n, "torch": torch.__version__,
               "peaks_gflop_s": peaks, "fp32_peak_used_gflop_s": peak, "workload": WORKLOAD,
               "repeats": args.repeats, "rows": rows}
-    out = args.out or Path(__file__).parent / "results" / f"speed-{datetime.now():%Y%m%d-%H%M}.json"
+    out = args.out or Path(__file__).parent / "records" / f"speed-{datetime.now():%Y%m%d-%H%M}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
     print(f"\npeaks (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) + f"; fp32 peak used {peak:.0f}")

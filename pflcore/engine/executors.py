@@ -358,7 +358,10 @@ def _worker_main(conn) -> None:
                                         protocol=pickle.HIGHEST_PROTOCOL))
         except BaseException:  # report it; the engine decides what to do
             reply = ("error", traceback.format_exc())
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (killed or interrupted): nothing left to do
+            return
 
 
 __all__ = ["ClientJob", "ClientResult", "ClientWorker", "InProcess", "WorkerPool", "WorkerError",
