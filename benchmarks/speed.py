@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import time
@@ -37,14 +36,11 @@ from pflcore.data.federated import FederatedData
 from pflcore.data.partition import make_partition
 from pflcore.data.sources import Dataset
 from pflcore.engine import Simulation, build_data
+from pflcore.engine.executors import available_cores
 
 WORKLOAD = dict(num_clients=20, local_epochs=5, batch_size=50,
                 partition={"kind": "dominant", "s": 0.2, "samples_per_client": 600})
 MODEL_FOR = {"fmnist": "fedpac_cnn", "rgb32": "fedpac_cnn"}
-
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def matmul_peak(dtype: torch.dtype, threads: int, n: int = 4096, repeats: int = 5) -> float:
@@ -107,7 +103,7 @@ def measure(name: str, method: str, workers: int, precision: str, repeats: int, 
     if name not in data_cache:
         data_cache[name] = make_data(name, config)
     data = data_cache[name]
-    threads = 1 if workers > 1 else cores()
+    threads = 1 if workers > 1 else available_cores()
     torch.set_num_threads(threads)
     sim = Simulation(config, data)
     sim.use_workers(workers)
@@ -161,14 +157,14 @@ class _Timed:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, cores()])
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, available_cores()])
     parser.add_argument("--precision", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     parser.add_argument("--models", nargs="+", default=["fmnist", "rgb32"], choices=sorted(MODEL_FOR))
     parser.add_argument("--methods", nargs="+", default=["fedavg", "fedpac"])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    n = cores()
+    n = available_cores()
     peaks = {"fp32_1_thread": matmul_peak(torch.float32, 1), f"fp32_{n}_threads": matmul_peak(torch.float32, n),
              "bf16_1_thread": matmul_peak(torch.bfloat16, 1)}
     # The float32 limit of n one-thread workers is n x the one-thread peak; compare with the

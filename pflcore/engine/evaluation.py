@@ -3,7 +3,8 @@
 For each client: the model that client would use for inference at this point (its
 personal model for personalised methods, the global model otherwise) scored on its own
 test split. Personalised predictors are built where the client's work runs (the
-executors); a shared model is scored here for all clients at once. Summaries: unweighted mean and std over clients, sample-weighted mean.
+executors); a shared model is scored here for all clients at once. Summaries: unweighted
+mean and std over clients, sample-weighted mean.
 """
 from __future__ import annotations
 

@@ -209,7 +209,7 @@ class _Processes:
     def run(self, groups: Sequence[Sequence[ClientJob]]) -> list[ClientResult]:
         try:
             return self._run(groups)
-        except BaseException:  # e.g. Ctrl-C in a notebook: replies may be pending, start afresh
+        except BaseException:  # a failed job, or Ctrl-C with replies pending: start afresh
             self.shutdown()
             raise
 
@@ -230,8 +230,7 @@ class _Processes:
                 results.extend(pickle.loads(body))
             else:
                 errors.append(body)
-        if errors:
-            self.shutdown()  # start clean next time rather than trust a pool that failed
+        if errors:  # run() shuts the pool down: the next run starts clean
             raise WorkerError(f"client work failed in a worker process:\n{errors[0]}")
         return results
 
@@ -272,9 +271,14 @@ def resolve_workers(workers: int | str, *, device: str = "cpu", num_clients: int
         return int(workers)
     if device != "cpu":
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = available_cores()
     n = min(cores, num_clients or cores)
     return n if n > 1 else 0
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS reports it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------------- internals
@@ -290,6 +294,8 @@ def _main_module_hidden():
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+
+
 def _split(jobs: Sequence[ClientJob], costs: Sequence[int], parts: int) -> list[list[ClientJob]]:
     """Contiguous groups whose total costs are as even as a greedy cut makes them."""
     total = sum(costs)
@@ -365,4 +371,4 @@ def _worker_main(conn) -> None:
 
 
 __all__ = ["ClientJob", "ClientResult", "ClientWorker", "InProcess", "WorkerPool", "WorkerError",
-           "resolve_workers", "shutdown_workers", "TRAIN", "EVALUATE"]
+           "available_cores", "resolve_workers", "shutdown_workers", "TRAIN", "EVALUATE"]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 import uuid
 import warnings
@@ -37,7 +36,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..config import ConfigError, ExperimentConfig
-from ..engine.executors import EVALUATE, TRAIN, ClientJob, ClientResult, ClientWorker, resolve_workers
+from ..engine.executors import (EVALUATE, TRAIN, ClientJob, ClientResult, ClientWorker, available_cores,
+                                 resolve_workers)
 from ..engine.results import RunDirectory, RunResult
 from ..engine.simulation import Simulation, build_data, run
 from .codec import decode, encode
@@ -336,7 +336,7 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
     ServerApp's thread); ``verbose`` shows Flower's and Ray's logs.
     """
     config = _as_config(config)
-    cores = _cores()
+    cores = available_cores()
     n = config.num_clients if num_supernodes is None else num_supernodes
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"num_supernodes = {num_supernodes!r} is not allowed: it must be an integer >= 1.")
@@ -434,10 +434,6 @@ def _digest(value: Any) -> str:
 
     walk(value)
     return h.hexdigest()[:12]
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @contextmanager
