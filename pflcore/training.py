@@ -1,7 +1,8 @@
 """The shared local-training primitives every method goes through.
 
 Speed is won here (``../shared/design/performance.md``): data is a tensor, each epoch's
-shuffled order is gathered once and batches are slices, the optimizer is a foreach SGD,
+shuffled order is gathered once and batches are slices, the optimizer step is foreach SGD
+without torch.optim bookkeeping (:class:`SGDStep`),
 and the loss is accumulated on the device (one ``.item()`` per call, none per step).
 Randomness comes only from the generator passed in, so a client's work is a pure
 function of (weights, data, generator).
@@ -68,8 +69,7 @@ def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor,
         p.requires_grad_(id(p) in trainable)
     was_training = model.training
     model.train()
-    optimizer = torch.optim.SGD(params, lr=settings.lr, momentum=settings.momentum,
-                                weight_decay=settings.weight_decay, foreach=True)
+    step = SGDStep(params, settings)
     total = torch.zeros((), device=x.device)
     steps = 0
     bs = settings.batch_size
@@ -84,9 +84,7 @@ def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor,
                         loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
                 else:
                     loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                step(loss)
                 total += loss.detach()
                 steps += 1
     finally:
@@ -94,6 +92,44 @@ def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor,
             p.requires_grad_(flag)
         model.train(was_training)
     return float(total.item()) / steps
+
+
+class SGDStep:
+    """One SGD step with momentum and weight decay: the foreach operations of
+    ``torch.optim.SGD(foreach=True)`` in its order (bit-for-bit the same; a test checks),
+    without its per-step bookkeeping. A parameter's momentum buffer starts at its first
+    gradient; a parameter the loss does not use is left alone, as torch's SGD does."""
+
+    def __init__(self, params: list[torch.Tensor], settings: TrainSettings):
+        self.params = params
+        self.lr, self.momentum, self.weight_decay = settings.lr, settings.momentum, settings.weight_decay
+        self.buffers: list[torch.Tensor | None] = [None] * len(params)
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        self.update(list(torch.autograd.grad(loss, self.params, allow_unused=True)))
+
+    @torch.no_grad()
+    def update(self, grads: list[torch.Tensor | None]) -> None:
+        used = [i for i, g in enumerate(grads) if g is not None]
+        params, grads = [self.params[i] for i in used], [grads[i] for i in used]
+        if not params:
+            return
+        if self.weight_decay:
+            grads = torch._foreach_add(grads, params, alpha=self.weight_decay)
+        if self.momentum:
+            if all(self.buffers[i] is not None for i in used):
+                buffers = [self.buffers[i] for i in used]
+                torch._foreach_mul_(buffers, self.momentum)
+                torch._foreach_add_(buffers, grads)
+            else:
+                for i, g in zip(used, grads):
+                    if self.buffers[i] is None:
+                        self.buffers[i] = g.clone()
+                    else:
+                        self.buffers[i].mul_(self.momentum).add_(g)
+                buffers = [self.buffers[i] for i in used]
+            grads = buffers
+        torch._foreach_add_(params, grads, alpha=-self.lr)
 
 
 @torch.inference_mode()
