@@ -1,13 +1,15 @@
 """Peak memory of a federation with many clients (FedPAC appendix C.9 scale).
 
     python benchmarks/memory_many_clients.py [--clients 1000] [--samples 50] [--methods fedpac local]
+                                             [--workers auto]
 
 Builds CIFAR-shaped data (random 3x32x32 uint8 images, 10 classes) for ``--clients``
 clients with ``--samples`` training samples each and the FedPAC CIFAR CNN. Every client
 then takes part once, in rounds of ``--per-round`` clients (the paper's rate 0.03 gives 30),
-so that every client holds its personal state (the worst case for memory). Prints the
-time of one such round, the personal state kept and the process's peak resident memory.
-A benchmark, not a test.
+so that every client holds its personal state (the worst case for memory). The rounds go
+through the engine (``Simulation.run_round``) and its worker processes (``--workers``).
+Prints the time of one such round, the personal state kept, this process's peak resident
+memory, and each worker's peak and how much of it is the shared client data. A benchmark, not a test.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pflcore.data.federated import FederatedData
 from pflcore.data.partition import make_partition
 from pflcore.data.sources import Dataset
 from pflcore.engine import Simulation
+from pflcore.engine.executors import shutdown_workers
 
 
 def state_bytes(obj) -> int:
@@ -40,6 +43,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--per-round", type=int, default=30)
     parser.add_argument("--methods", nargs="+", default=["fedpac", "local"])
+    parser.add_argument("--workers", default="auto", help="worker processes: 'auto', N, or 0 (in this process)")
     args = parser.parse_args()
     n_train = args.clients * args.samples
     g = torch.Generator().manual_seed(0)
@@ -53,21 +57,41 @@ def main() -> None:
         config = ExperimentConfig.from_dict(dict(method=method, dataset="cifar10", num_clients=args.clients,
                                                  local_epochs=5, rounds=1, quiet=True))
         sim = Simulation(config, data)
-        algo = sim.algorithm
+        sim.use_workers(args.workers if args.workers == "auto" else int(args.workers))
         seconds = []
         for start in range(0, args.clients, args.per_round):
             t0 = time.perf_counter()
-            ids = range(start, min(start + args.per_round, args.clients))
-            updates = {c: algo.local_update(algo.payload(sim.state, c), sim.client(c, 0, 11)) for c in ids}
-            sim.state = algo.aggregate(sim.state, updates)
+            sim.run_round(0, clients=range(start, min(start + args.per_round, args.clients)))
             seconds.append(time.perf_counter() - t0)
+        sim.close()
         seconds = sorted(seconds)[len(seconds) // 2]
         per_client = state_bytes(sim.client_states) + state_bytes(sim.state.get("heads", {}))
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"{method}: {args.clients} clients x {args.samples} samples, a round of {args.per_round} clients "
               f"{seconds:.2f} s (median); personal state "
               f"{per_client / 2**20:.1f} MiB in all ({per_client / args.clients / 1024:.1f} KiB per client); "
-              f"peak RSS so far {peak:.0f} MiB")
+              f"peak RSS so far {peak:.0f} MiB", flush=True)
+    for pid, status in worker_memory().items():
+        print(f"worker {pid}: peak RSS {status['VmHWM'] / 1024:.0f} MiB; now {status['RssAnon'] / 1024:.0f} MiB "
+              f"its own + {status['RssShmem'] / 1024:.0f} MiB of the shared client data")
+    shutdown_workers()
+
+
+def worker_memory() -> dict[int, dict[str, int]]:
+    """VmHWM, RssAnon and RssShmem (KiB) of this process's live worker processes, from
+    /proc (Linux). Not getrusage(RUSAGE_CHILDREN): Linux carries a spawned child's peak
+    over from the parent it was forked from."""
+    import multiprocessing
+
+    out = {}
+    for child in multiprocessing.active_children():
+        try:
+            lines = open(f"/proc/{child.pid}/status").read().splitlines()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in lines if ":" in line)
+        out[child.pid] = {k: int(fields[k].split()[0]) for k in ("VmHWM", "RssAnon", "RssShmem") if k in fields}
+    return out
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ For every (model, method, workers, precision) it times whole rounds, the clients
 training within them (what the executor spends, inter-process traffic included; the
 server's aggregation is the rest of the round) and the evaluation of all clients (median
 of ``--repeats`` after one warm-up, with min and max), and reports local-training
-samples/s as a fraction of the float32 peak measured at the start of the same run (torch.mm 4096 x 4096 with every core; one thread per core, as the workers use).
+samples/s as a fraction of the float32 peak measured at the start of the same run
+(torch.mm 4096 x 4096 with every core; one thread per core, as the workers use). It then
+runs ``benchmarks/ceiling.py`` (``--ceiling-seconds``): the same model's convolution and
+linear kernels alone, and its whole training step, in one process and on every core at
+once, each against torch.mm measured alongside, which shows where the limit lies.
 It writes a JSON record (default ``benchmarks/records/speed-<date>.json``) and prints a
 table. A benchmark, not a test: run it on a quiet machine (another busy process can
 slow a run several-fold).
@@ -27,9 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import torch
-from torch import nn
 
 from pflcore import ExperimentConfig
 from pflcore.data.federated import FederatedData
@@ -37,6 +39,8 @@ from pflcore.data.partition import make_partition
 from pflcore.data.sources import Dataset
 from pflcore.engine import Simulation, build_data
 from pflcore.engine.executors import available_cores
+
+from ceiling import ceiling, table, training_flops_per_sample
 
 WORKLOAD = dict(num_clients=20, local_epochs=5, batch_size=50,
                 partition={"kind": "dominant", "s": 0.2, "samples_per_client": 600})
@@ -56,26 +60,6 @@ def matmul_peak(dtype: torch.dtype, threads: int, n: int = 4096, repeats: int = 
         best = min(best, time.perf_counter() - t0)
     torch.set_num_threads(saved)
     return 2 * n ** 3 / best / 1e9
-
-
-def training_flops_per_sample(model: nn.Module, sample: torch.Tensor) -> float:
-    """3 x the forward FLOPs of the convolutions and linear layers (forward + backward)."""
-    total = 0.0
-
-    def hook(module, inputs, output):
-        nonlocal total
-        if isinstance(module, nn.Conv2d):
-            k = module.kernel_size[0] * module.kernel_size[1] * module.in_channels // module.groups
-            total += 2.0 * output.numel() * k
-        elif isinstance(module, nn.Linear):
-            total += 2.0 * module.in_features * module.out_features * (output.numel() // module.out_features)
-
-    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
-    with torch.no_grad():
-        model.eval()(sample[:1])
-    for h in handles:
-        h.remove()
-    return 3 * total
 
 
 def random_rgb32(seed: int = 0) -> Dataset:
@@ -161,6 +145,8 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     parser.add_argument("--models", nargs="+", default=["fmnist", "rgb32"], choices=sorted(MODEL_FOR))
     parser.add_argument("--methods", nargs="+", default=["fedavg", "fedpac"])
+    parser.add_argument("--ceiling-seconds", type=float, default=4.0,
+                        help="seconds per workload for benchmarks/ceiling.py's measurement (0: skip it)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -179,13 +165,17 @@ def main() -> None:
                     row["fraction_of_fp32_peak"] = row["train_gflop_s"] / peak
                     rows.append(row)
                     print(_line(row), flush=True)
+    limits = ceiling(args.models, n, args.ceiling_seconds) if args.ceiling_seconds > 0 else None
     record = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
               "cpu": platform.processor() or platform.machine(), "cores": n, "torch": torch.__version__,
               "peaks_gflop_s": peaks, "fp32_peak_used_gflop_s": peak, "workload": WORKLOAD,
-              "repeats": args.repeats, "rows": rows}
+              "repeats": args.repeats, "rows": rows, "ceiling": limits}
     out = args.out or Path(__file__).parent / "records" / f"speed-{datetime.now():%Y%m%d-%H%M}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
+    if limits is not None:
+        print("\nWhere the limit lies (benchmarks/ceiling.py; each against torch.mm measured alongside):")
+        print(table(limits))
     print(f"\npeaks (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) + f"; fp32 peak used {peak:.0f}")
     print(f"record: {out}")
 

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from pflcore.config import ConfigError, ExperimentConfig
 from pflcore.engine import DivergenceError, ResultsConflictError, RunResult, Simulation, build_data, run
@@ -158,6 +159,16 @@ def test_shared_and_per_client_evaluation_agree(make_config):
 def test_participation_rate_samples_clients(make_config):
     result = run(make_config(num_clients=4, participation=0.5, rounds=3, full_last_round=True))
     assert [len(h["participants"]) for h in result.history] == [2, 2, 4]
+
+
+def test_a_round_of_chosen_clients_trains_exactly_those(make_config):
+    config = make_config(method="fedper")
+    sim = Simulation(config, build_data(config))
+    before = {k: v.clone() for k, v in sim.state["body"].items()}
+    record = sim.run_round(0, clients=[3, 1])
+    assert record["participants"] == [3, 1]
+    assert sorted(sim.client_states) == [1, 3]  # only they hold a personal head
+    assert any(not torch.equal(before[k], v) for k, v in sim.state["body"].items())
 
 
 def test_sigkill_mid_run_then_resume_equals_uninterrupted(make_config, tmp_path):

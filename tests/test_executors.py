@@ -8,7 +8,7 @@ import torch
 from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data
 from pflcore.engine.executors import (EVALUATE, TRAIN, ClientJob, ClientResult, InProcess, WorkerError,
-                                      WorkerPool, _split)
+                                      WorkerPool, _pack, _split, _unpack)
 from pflcore.engine.simulation import run
 
 
@@ -41,6 +41,18 @@ def test_split_keeps_order_and_balances_cost():
     assert [j.client_id for g in groups for j in g] == list(range(7))  # every job once, in order
     assert [sum(10 if j.client_id < 6 else 40 for j in g) for g in groups] == [50, 50]
     assert _split(jobs[:1], [5], 3)[1:] == [[], []]
+
+
+def test_client_data_goes_to_the_workers_without_a_copy(make_config):
+    data = build_data(make_config())
+    pairs = [(s.x, s.y) for s in data.train]
+    packed = _pack(pairs)
+    assert packed["x"].data_ptr() == data.train_x.data_ptr()  # the same storage, now shared
+    assert packed["x"].is_shared() and data.train[0].x.is_shared()
+    assert all(torch.equal(a, x) and torch.equal(b, y) for (a, b), (x, y) in zip(_unpack(packed), pairs))
+    # tensors that are not consecutive views of one tensor are concatenated instead
+    loose = [(x.clone(), y.clone()) for x, y in reversed(pairs)]
+    assert all(torch.equal(a, x) and torch.equal(b, y) for (a, b), (x, y) in zip(_unpack(_pack(loose)), loose))
 
 
 def test_evaluation_never_changes_personal_state(make_config):

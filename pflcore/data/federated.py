@@ -18,7 +18,6 @@ from .shifts import ClientTransform
 from .sources import Dataset
 
 
-
 @dataclass
 class ClientSplit:
     """One client's data: normalised float images and int64 labels."""
@@ -33,8 +32,10 @@ class ClientSplit:
 class FederatedData:
     """Per-client views of a dataset under a partition.
 
-    ``train[i]`` / ``test[i]`` are :class:`ClientSplit` s. Train and test of one client
-    come from disjoint pooled indices (the partition guarantees it).
+    ``train[i]`` / ``test[i]`` are :class:`ClientSplit` s, views of the rows of
+    ``train_x``/``train_y`` (``test_x``/``test_y``) that hold all clients' samples, client
+    after client. Train and test of one client come from disjoint pooled indices (the
+    partition guarantees it).
     """
 
     def __init__(self, dataset: Dataset, partition: Partition, *, device: str | torch.device = "cpu",
@@ -44,15 +45,31 @@ class FederatedData:
         mean = torch.tensor(dataset.mean, dtype=torch.float32).view(1, -1, 1, 1)
         std = torch.tensor(dataset.std, dtype=torch.float32).view(1, -1, 1, 1)
 
-        def gather(cid: int, idx: np.ndarray) -> ClientSplit:
+        def prepare(cid: int, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
             index = torch.from_numpy(np.array(idx, dtype=np.int64))
             x = pooled_x[index].float().div_(255.0)
             y = pooled_y[index].clone()
             for transform in transforms:  # on [0, 1] images, before normalisation
                 x, y = transform(cid, x, y)
-            x = (x - mean) / std
+            return (x - mean) / std, y
+
+        def pack(indices: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, list[ClientSplit]]:
+            """All clients' samples in one tensor (client after client), each client a view
+            of its rows: worker processes share it as it is, and the test data of all
+            clients is already one batch for evaluation."""
+            sizes = [len(idx) for idx in indices]
+            shape = (sum(sizes), self.in_channels, self.image_size, self.image_size)
             # channels_last: the CPU convolutions and max-pooling are several times faster.
-            return ClientSplit(x.to(device).contiguous(memory_format=torch.channels_last), y.to(device))
+            xs = torch.empty(shape, device=device).contiguous(memory_format=torch.channels_last)
+            ys = torch.empty(shape[0], dtype=torch.long, device=device)
+            splits, start = [], 0
+            for cid, (idx, n) in enumerate(zip(indices, sizes)):
+                x, y = prepare(cid, idx)
+                xs[start:start + n] = x
+                ys[start:start + n] = y
+                splits.append(ClientSplit(xs[start:start + n], ys[start:start + n]))
+                start += n
+            return xs, ys, splits
 
         self.dataset_name = dataset.name
         self.num_classes = dataset.num_classes
@@ -60,9 +77,8 @@ class FederatedData:
         self.image_size = int(dataset.train_x.shape[2])
         self.partition = partition
         self.device = torch.device(device)
-        self.train = [gather(c, idx) for c, idx in enumerate(partition.train)]
-        self.test = [gather(c, idx) for c, idx in enumerate(partition.test)]
-        self._all_test: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.train_x, self.train_y, self.train = pack(partition.train)
+        self.test_x, self.test_y, self.test = pack(partition.test)
 
     @property
     def num_clients(self) -> int:
@@ -77,14 +93,11 @@ class FederatedData:
         return np.array([len(s) for s in self.test], dtype=np.int64)
 
     def all_test_x(self) -> torch.Tensor:
-        """All clients' test images concatenated in client order (cached)."""
-        if self._all_test is None:
-            self._all_test = (torch.cat([s.x for s in self.test]), torch.cat([s.y for s in self.test]))
-        return self._all_test[0]
+        """All clients' test images in client order (one tensor; each client's is a view of it)."""
+        return self.test_x
 
     def all_test_y(self) -> torch.Tensor:
-        self.all_test_x()
-        return self._all_test[1]
+        return self.test_y
 
     def class_counts(self, split: str = "train") -> np.ndarray:
         """(num_clients, num_classes) label counts of the (transformed) client data."""

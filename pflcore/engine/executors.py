@@ -310,13 +310,31 @@ def _split(jobs: Sequence[ClientJob], costs: Sequence[int], parts: int) -> list[
 
 
 def _pack(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict:
-    """Concatenate per-client (x, y) into two shareable tensors plus offsets."""
+    """Per-client (x, y) as two shareable tensors plus sizes: the tensors they are
+    consecutive views of when they are (FederatedData packs them so; nothing is copied,
+    the storage moves to shared memory), else their concatenation."""
     sizes = [int(y.shape[0]) for _, y in pairs]
-    x = torch.cat([x for x, _ in pairs]) if pairs else torch.zeros(0)
-    y = torch.cat([y for _, y in pairs]) if pairs else torch.zeros(0, dtype=torch.long)
-    if x.dim() == 4:  # the layout the CPU convolutions want, kept through shared memory
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = _whole([x for x, _ in pairs]) if pairs else torch.zeros(0)
+    y = _whole([y for _, y in pairs]) if pairs else torch.zeros(0, dtype=torch.long)
+    if x.dim() == 4 and not x.is_contiguous(memory_format=torch.channels_last):
+        x = x.contiguous(memory_format=torch.channels_last)  # the layout the CPU convolutions want
     return {"x": x.share_memory_(), "y": y.share_memory_(), "sizes": sizes}
+
+
+def _whole(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The tensor ``parts`` are consecutive row blocks of, if they are exactly that, else
+    their concatenation."""
+    base = parts[0]._base
+    if base is not None and base.shape[0] == sum(p.shape[0] for p in parts):
+        rows, row = 0, base[0].numel() if base.shape[0] else 0
+        for p in parts:
+            if p._base is not base or p.storage_offset() != base.storage_offset() + rows * row \
+                    or p.stride() != base.stride():
+                break
+            rows += p.shape[0]
+        else:
+            return base
+    return torch.cat(list(parts))
 
 
 def _unpack(packed: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -92,9 +92,11 @@ class Simulation:
                             participation=c.participation, full_last_round=c.full_last_round,
                             dropout=tuple(c.dropout) if c.dropout else None, seed=c.seed)
 
-    def run_round(self, round_index: int) -> dict:
-        """One round: payloads out, local updates, aggregation. Returns the round's record."""
-        ids = [int(c) for c in self.participants(round_index)]
+    def run_round(self, round_index: int, clients: Iterable[int] | None = None) -> dict:
+        """One round: payloads out, local updates, aggregation. Returns the round's record.
+
+        ``clients`` replaces the schedule's participants (benchmarks, custom schedules)."""
+        ids = [int(c) for c in (self.participants(round_index) if clients is None else clients)]
         jobs = [ClientJob(TRAIN, cid, round_index, self.algorithm.payload(self.state, cid),
                           self.client_states.get(cid, {})) for cid in ids]
         updates, failed = {}, {}
