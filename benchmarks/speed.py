@@ -176,7 +176,7 @@ def main() -> None:
     if limits is not None:
         print("\nWhere the limit lies (benchmarks/ceiling.py; each against torch.mm measured alongside):")
         print(table(limits))
-    print(f"\npeaks (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) + f"; fp32 peak used {peak:.0f}")
+    print("\npeaks (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) + f"; fp32 peak used {peak:.0f}")
     print(f"record: {out}")
 
 

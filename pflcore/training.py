@@ -37,6 +37,13 @@ def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
     return F.cross_entropy(model(x), y)
 
 
+# The purposes that derive_seed's keys start with: one random stream per purpose (and
+# round and client), so no draw for one purpose can shift another's.
+TRAIN_KEY = 11  # a client's local training (its batch order), per round and client
+EVAL_KEY = 12   # building a client's predictor for evaluation, per round and client
+INIT_KEY = 13   # the initial model's weights
+
+
 def derive_seed(seed: int, *keys: int) -> int:
     """A 63-bit seed determined by ``seed`` and integer keys (round, client, purpose)."""
     state = np.random.SeedSequence([seed, *keys]).generate_state(2, np.uint32)

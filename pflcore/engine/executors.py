@@ -32,10 +32,9 @@ from typing import Any, Sequence
 import torch
 
 from ..algorithms.base import Algorithm, Client
-from ..training import TrainSettings, generator_for, predict_correct
+from ..training import EVAL_KEY, TRAIN_KEY, TrainSettings, generator_for, predict_correct
 
 TRAIN, EVALUATE = "train", "evaluate"
-TRAIN_KEY, EVAL_KEY = 11, 12  # generator purposes (derive_seed keys)
 
 
 @dataclass

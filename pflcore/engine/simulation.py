@@ -25,13 +25,11 @@ from ..data.partition import make_partition, subsample
 from ..data.shifts import make_shift
 from ..data.sources import load_dataset
 from ..models import SplitModel, build_model
-from ..training import TrainSettings, derive_seed
+from ..training import INIT_KEY, TrainSettings, derive_seed
 from .evaluation import accuracies, shared_correct, summarize
 from .executors import EVALUATE, TRAIN, ClientJob, ClientWorker, InProcess, WorkerPool, resolve_workers
 from .results import RunDirectory, RunResult
 from .schedule import participants
-
-INIT_KEY = 13  # (train and evaluation generators: see executors.TRAIN_KEY / EVAL_KEY)
 
 
 class DivergenceError(RuntimeError):
