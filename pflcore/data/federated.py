@@ -60,7 +60,7 @@ class FederatedData:
             sizes = [len(idx) for idx in indices]
             shape = (sum(sizes), self.in_channels, self.image_size, self.image_size)
             # channels_last: the CPU convolutions and max-pooling are several times faster.
-            xs = torch.empty(shape, device=device).contiguous(memory_format=torch.channels_last)
+            xs = torch.empty(shape, device=device, memory_format=torch.channels_last)
             ys = torch.empty(shape[0], dtype=torch.long, device=device)
             splits, start = [], 0
             for cid, (idx, n) in enumerate(zip(indices, sizes)):
