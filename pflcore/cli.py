@@ -1,22 +1,88 @@
 """The ``pflcore`` command: ``pflcore run`` (one experiment) and ``pflcore notebooks``
-(the notebook collection under papermill)."""
+(the notebook collection under papermill).
+
+A user's mistake or a known condition (a bad config, a missing file, a damaged result
+file, a diverging run, Ctrl-C) is reported in one line and a non-zero exit code, never a
+Python traceback; ``--debug`` (or ``PFLCORE_DEBUG=1``) shows the traceback instead.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
 
 
-def _parse_assignment(text: str) -> tuple[list[str], Any]:
-    import yaml
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pflcore", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks instead of one-line errors (also: PFLCORE_DEBUG=1)")
+    sub = parser.add_subparsers(dest="command", required=True)
 
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set expects KEY=VALUE, got {text!r}.")
-    key, value = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(value)
+    run = sub.add_parser("run", help="run one experiment and write its results directory")
+    run.add_argument("config", nargs="?", help="YAML file with ExperimentConfig fields")
+    run.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a field (dotted keys reach into mappings, e.g. partition.s=0.5, "
+                     "method_params.mu=0.1); repeatable")
+    for flag, kind in (("method", str), ("dataset", str), ("rounds", int), ("num-clients", int),
+                       ("seed", int), ("output-dir", str), ("name", str), ("workers", _workers)):
+        run.add_argument(f"--{flag}", type=kind)
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
+    run.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
+
+    nbs = sub.add_parser("notebooks", help="execute the notebooks with papermill for a preset")
+    nbs.add_argument("--preset", default="smoke", help="parameter preset: smoke (CI-sized) or paper")
+    nbs.add_argument("--out", default="outputs", help="folder for executed notebooks (default: outputs)")
+    nbs.add_argument("--only", action="append", help="run only notebooks whose path contains this; repeatable")
+    nbs.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
+    return parser
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    debug = args.debug or args.debug_here or os.environ.get("PFLCORE_DEBUG", "") not in ("", "0")
+    command: Callable[[argparse.Namespace], int] = _run if args.command == "run" else _notebooks
+    try:
+        return command(args)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        if debug:
+            raise
+        print(f"pflcore {args.command}: {str(exc) or 'interrupted.'}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"pflcore {args.command}: {describe(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR if isinstance(exc, _known_errors()) else 1
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped a run; the message says where it can resume."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the user: the message of a known error, or the kind and message of an
+    unexpected one with a pointer to ``--debug``."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, _known_errors()):
+        return text
+    return f"unexpected {type(exc).__name__}: {text} (run with --debug to see the traceback)"
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    """Errors that describe a user's mistake or a known condition in their message."""
+    from .engine.simulation import DivergenceError
+
+    return (ValueError, OSError, DivergenceError)
+
+
+# ---------------------------------------------------------------------- pflcore run
 def _workers(text: str) -> int | str:
     """--workers: 'auto' (one process per core) or a number (0 = in this process)."""
     if text == "auto":
@@ -27,77 +93,82 @@ def _workers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"--workers expects 'auto' or a number, got {text!r}.") from None
 
 
-def _apply(values: dict, path: list[str], value: Any) -> None:
-    for key in path[:-1]:
-        values = values.setdefault(key, {})
-    values[path[-1]] = value
+def parse_assignment(text: str) -> tuple[list[str], Any]:
+    """``KEY=VALUE`` of ``--set``: a dotted key and a YAML value (``5e-4`` is a number)."""
+    from .errors import ConfigError
+    from .yaml_io import load_yaml
+
+    key, sep, value = text.partition("=")
+    path = key.strip().split(".")
+    if not sep or not all(part.strip() for part in path):
+        raise ConfigError(f"--set expects KEY=VALUE with a field name as KEY (e.g. partition.s=0.5), got {text!r}.")
+    return [part.strip() for part in path], load_yaml(value, f"the value of --set {key.strip()}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pflcore", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def apply_assignment(values: dict, path: list[str], value: Any) -> None:
+    """Set ``values[path[0]][path[1]]... = value``, creating mappings on the way; a step
+    through a value that is not a mapping is one sentence."""
+    from .errors import ConfigError
 
-    run = sub.add_parser("run", help="run one experiment and write its results directory")
-    run.add_argument("config", nargs="?", help="YAML file with ExperimentConfig fields")
-    run.add_argument("--set", dest="assignments", action="append", default=[], type=_parse_assignment,
-                     metavar="KEY=VALUE", help="override a field (dotted keys reach into mappings, "
-                     "e.g. partition.s=0.5, method_params.mu=0.1); repeatable")
-    for flag, kind in (("method", str), ("dataset", str), ("rounds", int), ("num-clients", int),
-                       ("seed", int), ("output-dir", str), ("name", str), ("workers", _workers)):
-        run.add_argument(f"--{flag}", type=kind)
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
-
-    nbs = sub.add_parser("notebooks", help="execute the notebooks with papermill for a preset")
-    nbs.add_argument("--preset", default="smoke", help="parameter preset: smoke (CI-sized) or paper")
-    nbs.add_argument("--out", default="outputs", help="folder for executed notebooks (default: outputs)")
-    nbs.add_argument("--only", action="append", help="run only notebooks whose path contains this; repeatable")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "run":
-        return _run(args)
-    return _notebooks(args)
+    here = values
+    for depth, key in enumerate(path[:-1]):
+        nxt = here.setdefault(key, {})
+        if not isinstance(nxt, dict):
+            where = ".".join(path[:depth + 1])
+            raise ConfigError(f"--set {'.'.join(path)}: {where!r} is {nxt!r}, not a mapping, so it has no "
+                              f"field {path[depth + 1]!r}.")
+        here = nxt
+    here[path[-1]] = value
 
 
 def _run(args: argparse.Namespace) -> int:
-    import yaml
-
-    from .config import ConfigError, ExperimentConfig
+    from .config import ExperimentConfig, read_config_file
     from .engine import run
+    from .errors import ConfigError
 
-    values: dict = {}
-    if args.config:
-        with open(args.config) as f:
-            values = yaml.safe_load(f) or {}
+    values: dict = read_config_file(args.config) if args.config else {}
     for flag in ("method", "dataset", "rounds", "num_clients", "seed", "output_dir", "name", "workers"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.quiet:
         values["quiet"] = True
-    for path, value in args.assignments:
-        _apply(values, path, value)
+    for text in args.assignments:
+        apply_assignment(values, *parse_assignment(text))
+    if "method" not in values:
+        where = f"config file {args.config!r} names" if args.config else "the command names"
+        raise ConfigError(f"{where} no method: add 'method: NAME' to the file, --method NAME or --set method=NAME "
+                          "(pflcore.algorithms.ALGORITHMS lists the methods).")
+    config = ExperimentConfig.from_dict(values)
+    target = Path(config.output_dir) / config.run_name()
+    print(f"pflcore run: {config.method} on {config.dataset}, {config.num_clients} clients, {config.rounds} rounds "
+          f"-> {target}", file=sys.stderr)
     try:
-        config = ExperimentConfig.from_dict(values)
         result = run(config, overwrite=args.overwrite)
-    except (ConfigError, FileNotFoundError, FileExistsError, ValueError) as exc:
-        print(f"pflcore run: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; {_resume_hint(target)}") from None
     print(json.dumps(result.summary, indent=1))
     print(f"results: {result.path}")
     return 0
 
 
+def _resume_hint(run_dir: Path) -> str:
+    """Where the same command would pick up: the round after the last checkpoint."""
+    import torch
+
+    try:
+        next_round = int(torch.load(run_dir / "checkpoint.pt", weights_only=True)["next_round"])
+    except Exception:  # no checkpoint yet, or not readable: the run starts over
+        next_round = 0
+    if next_round == 0:
+        return "no checkpoint was written yet, so the same command starts again from round 1."
+    return f"the same command resumes from round {next_round + 1} (the last checkpoint)."
+
+
+# ---------------------------------------------------------------------- pflcore notebooks
 def _notebooks(args: argparse.Namespace) -> int:
     from .notebooks import run_notebooks
 
-    try:
-        runs = run_notebooks(args.preset, args.out, args.only)
-    except FileNotFoundError as exc:
-        print(f"pflcore notebooks: {exc}", file=sys.stderr)
-        return 2
+    runs = run_notebooks(args.preset, args.out, args.only)
     return 1 if any(r.status == "failed" for r in runs) else 0
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-
-class ConfigError(ValueError):
-    """A configuration value is not allowed; the message is one sentence."""
+from .errors import ConfigError
 
 
 def _default_partition() -> dict:
@@ -57,8 +56,10 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "ExperimentConfig":
         """Build from a mapping, rejecting unknown keys with the list of allowed ones."""
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"a config must be a mapping of fields (field: value), not a {type(values).__name__}.")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
+        unknown = sorted((k for k in values if k not in names), key=str)
         if unknown:
             raise ConfigError(f"unknown config field {unknown[0]!r}; allowed fields are {sorted(names)}.")
         cfg = cls(**dict(values))
@@ -67,14 +68,7 @@ class ExperimentConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> "ExperimentConfig":
-        import yaml
-
-        with open(path) as f:
-            values = yaml.safe_load(f) or {}
-        if not isinstance(values, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of fields, got {type(values).__name__}.")
-        values.update(overrides)
-        return cls.from_dict(values)
+        return cls.from_dict({**read_config_file(path), **overrides})
 
     def replace(self, **changes: Any) -> "ExperimentConfig":
         """A validated copy with some fields changed."""
@@ -105,41 +99,53 @@ class ExperimentConfig:
     def validate(self) -> None:
         """Check every field; raise ConfigError with one sentence on the first bad one."""
         from .algorithms import ALGORITHMS
-        from .data.partition import PARTITIONERS, validate_partition_args
+        from .data.partition import PARTITIONERS, PartitionError, validate_partition_args
         from .data.sources import DATASETS, canonical_name
         from .models import MODELS
 
         def bad(name: str, allowed: str) -> ConfigError:
             return ConfigError(f"config field {name!r} = {getattr(self, name)!r} is not allowed: {allowed}.")
 
-        if self.method not in ALGORITHMS:
+        if not isinstance(self.method, str) or self.method not in ALGORITHMS:
             raise bad("method", f"choose one of {sorted(ALGORITHMS)}")
         if not isinstance(self.method_params, dict):
             raise bad("method_params", "it must be a mapping of the method's hyperparameters")
         try:
             canonical_name(self.dataset)
-        except ValueError:
+        except (ValueError, TypeError, AttributeError):
             raise bad("dataset", f"choose one of {list(DATASETS)}") from None
-        if self.model not in MODELS:
+        if self.data_root is not None:
+            if not isinstance(self.data_root, str) or not self.data_root:
+                raise bad("data_root", "it must be a folder path, or null to search the usual places")
+            if not Path(self.data_root).expanduser().is_dir():
+                what = "is not a folder" if Path(self.data_root).expanduser().exists() else "does not exist"
+                raise bad("data_root", f"the path {what}; give an existing folder, or null to search the usual places")
+        if not isinstance(self.model, str) or self.model not in MODELS:
             raise bad("model", f"choose one of {sorted(MODELS)}")
-        if not isinstance(self.partition, dict) or self.partition.get("kind") not in PARTITIONERS:
+        problem = model_problem(self.model, canonical_name(self.dataset))
+        if problem:
+            raise bad("model", problem)
+        if not isinstance(self.partition, dict) or not isinstance(self.partition.get("kind"), str) \
+                or self.partition["kind"] not in PARTITIONERS:
             raise bad("partition", f"it must be a mapping whose 'kind' is one of {sorted(PARTITIONERS)}")
         for name in ("num_clients", "rounds", "batch_size", "eval_every", "checkpoint_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise bad(name, "it must be an integer >= 1")
-        if not isinstance(self.local_epochs, int) or isinstance(self.local_epochs, bool) or self.local_epochs < 0:
-            raise bad("local_epochs", "it must be an integer >= 0")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise bad("seed", "it must be an integer >= 0")
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise bad(name, "it must be a whole number >= 1")
+        if not _is_int(self.local_epochs) or self.local_epochs < 0:
+            raise bad("local_epochs", "it must be a whole number >= 0")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise bad("seed", "it must be a whole number >= 0")
         if not _is_number(self.participation) or not 0 < self.participation <= 1:
             raise bad("participation", "it must be a rate in (0, 1]")
-        for name in ("lr", "momentum", "weight_decay"):
-            value = getattr(self, name)
-            if not _is_number(value) or value < 0 or (name == "lr" and value == 0):
-                raise bad(name, "it must be a number >= 0" + (" (and > 0)" if name == "lr" else ""))
-        if self.momentum >= 1:
-            raise bad("momentum", "it must be in [0, 1)")
+        if not _is_number(self.lr) or self.lr <= 0:
+            raise bad("lr", "it must be a finite number > 0")
+        if not _is_number(self.momentum) or not 0 <= self.momentum < 1:
+            raise bad("momentum", "it must be a number in [0, 1)")
+        if not _is_number(self.weight_decay) or self.weight_decay < 0:
+            raise bad("weight_decay", "it must be a finite number >= 0")
+        for name in ("full_last_round", "quiet"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "it must be true or false")
         if self.dropout is not None:
             d = self.dropout
             if (not isinstance(d, (list, tuple)) or len(d) != 2 or not all(_is_number(v) for v in d)
@@ -147,18 +153,25 @@ class ExperimentConfig:
                 raise bad("dropout", "it must be null or a range [rho_min, rho_max] with 0 < rho_min <= rho_max <= 1")
         if self.precision not in (None, "float32", "bfloat16"):
             raise bad("precision", "use null/'float32', or 'bfloat16' for autocast local training")
-        if not (self.workers == "auto" or (isinstance(self.workers, int) and not isinstance(self.workers, bool)
-                                           and self.workers >= 0)):
+        if not (self.workers == "auto" or (_is_int(self.workers) and self.workers >= 0)):
             raise bad("workers", "use 0 (in this process), a number of worker processes, or 'auto' (one per core)")
+        problem = device_problem(self.device)
+        if problem:
+            raise bad("device", problem)
         if self.device != "cpu" and self.workers not in (0, 1, "auto"):
             raise bad("workers", "worker processes are for CPU runs; on a GPU use 0 or 'auto'")
-        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
-            raise bad("device", "use 'cpu', 'cuda' or 'cuda:N'")
-        if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
+        if not isinstance(self.output_dir, str) or not self.output_dir.strip():
+            raise bad("output_dir", "it must be the path of a folder for results (for example 'results')")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name or "/" in self.name
+                                      or "\x00" in self.name or self.name.startswith(".")):
             raise bad("name", "it must be a plain folder name (no '/', not starting with '.')")
         ALGORITHMS[self.method].check_params(self.method_params)
         params = {k: v for k, v in self.partition.items() if k not in ("kind", "subsample")}
-        validate_partition_args(self.partition["kind"], self.num_clients, **params)
+        try:
+            validate_partition_args(self.partition["kind"], self.num_clients, **params)
+        except PartitionError as exc:
+            where = f"config field 'partition.{exc.param}'" if exc.param else "config field 'partition'"
+            raise ConfigError(f"{where} is not allowed: {exc}") from None
         fraction = self.partition.get("subsample", 1.0)
         if not _is_number(fraction) or not 0 < fraction <= 1:
             raise ConfigError(f"config field 'partition' has subsample = {fraction!r}, which is not allowed: "
@@ -172,5 +185,62 @@ class ExperimentConfig:
                 raise ConfigError(f"config field 'shift': {exc}") from None
 
 
+def read_config_file(path: str | Path) -> dict:
+    """The mapping of config fields in a YAML file (YAML 1.2 numbers: ``5e-4`` is a number);
+    one sentence if the file is missing, a folder, not YAML, or not a mapping."""
+    from .yaml_io import read_yaml_file
+
+    values = read_yaml_file(path)
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        kind = "a list" if isinstance(values, list) else f"the single value {values!r}"
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of config fields (lines 'field: value'), "
+                          f"not {kind}.")
+    return values
+
+
+def device_problem(device: Any) -> str | None:
+    """Why this PyTorch cannot run on ``device`` (None if it can): 'cpu', or 'cuda' /
+    'cuda:N' where this build has CUDA and device N exists."""
+    if not isinstance(device, str):
+        return "use 'cpu', 'cuda' or 'cuda:N'"
+    if device == "cpu":
+        return None
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        return "use 'cpu', 'cuda' or 'cuda:N' (N a GPU index)"
+    import torch
+
+    if not torch.cuda.is_available():
+        why = "is built without CUDA" if torch.version.cuda is None else "sees no usable GPU on this machine"
+        return f"this PyTorch ({torch.__version__}) {why}; use 'cpu'"
+    count = torch.cuda.device_count()
+    if device != "cuda" and int(device[5:]) >= count:
+        return f"this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
+    return None
+
+
+def model_problem(model: str, dataset: str) -> str | None:
+    """Why ``model`` cannot take ``dataset``'s images (None if it can): one forward pass of
+    an image of the dataset's shape on PyTorch's meta device, which computes shapes only."""
+    import torch
+
+    from .data.sources import SHAPES
+    from .models import build_model
+
+    channels, size, classes = SHAPES[dataset]
+    try:
+        with torch.device("meta"):
+            build_model(model, channels, classes, size)(torch.empty(2, channels, size, size))
+    except RuntimeError:
+        return f"it cannot take the {channels}x{size}x{size} images of {dataset!r} (its layers need larger ones); try 'mlp'"
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A finite int or float (not a bool): NaN and infinity are never allowed."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

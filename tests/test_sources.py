@@ -507,7 +507,11 @@ def test_search_order(iso: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     assert label(root=iso / "root") == 1
     assert label() == 2
-    assert label(root=iso / "empty") == 2  # an explicit root without the files falls through
+    with pytest.raises(DatasetNotFoundError, match="is not an existing folder"):
+        label(root=iso / "empty")  # a root that does not exist is a mistake
+    (iso / "empty").mkdir()
+    with pytest.warns(UserWarning, match="holds no fmnist files; the search moved on"):
+        assert label(root=iso / "empty") == 2  # an existing root without the files falls through, with a warning
     monkeypatch.delenv("PFL_DATA")
     assert label() == 3
     monkeypatch.setenv("PFL_DATA", os.pathsep.join([str(iso / "nothing"), str(iso / "root")]))
@@ -534,7 +538,8 @@ def test_cache_returns_same_tensors_until_files_change(iso: Path) -> None:
 def test_not_found_without_download(iso: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PFL_DATA", str(iso / "envdata"))
     monkeypatch.setattr(sources, "SYSTEM_DIRS", {"fmnist": (str(iso / "sys"),)})
-    with pytest.raises(DatasetNotFoundError) as info:
+    (iso / "given").mkdir()
+    with pytest.raises(DatasetNotFoundError) as info, pytest.warns(UserWarning, match="search moved on"):
         load_dataset("fashion_mnist", root=iso / "given", download=False)
     msg = str(info.value)
     assert isinstance(info.value, FileNotFoundError)
@@ -555,7 +560,9 @@ def test_download_uses_pinned_hashes(iso: Path, monkeypatch: pytest.MonkeyPatch)
         return dest
 
     monkeypatch.setattr(sources, "_fetch", fake_fetch)
-    ds = load_dataset("fmnist", root=iso / "nowhere")
+    (iso / "nowhere").mkdir()
+    with pytest.warns(UserWarning, match="search moved on"):
+        ds = load_dataset("fmnist", root=iso / "nowhere")
     assert ds.num_train == 3
     assert [c[1] for c in calls] == [
         "md5:8d4fb7e6c68d591d4c3dfef9ec88bf0d",

@@ -27,6 +27,7 @@ from torch import nn
 
 from ..models import SplitModel
 from ..training import LossFn, TrainSettings, compute_features, cross_entropy, sgd_train
+from .hyperparams import Param, check_hyperparams
 
 Tensors = dict[str, torch.Tensor]
 
@@ -87,15 +88,25 @@ class Client:
 
 
 class Algorithm:
-    """Base class: subclasses set ``name`` and ``defaults`` and override the protocol.
+    """Base class: subclasses set ``name`` and ``hyperparams`` and override the protocol.
 
-    ``defaults`` lists the method's hyperparameters; the constructor accepts exactly
-    those (validated by :meth:`check_params` before a run starts).
+    ``hyperparams`` declares the method's parameters (:class:`Param`: default, type,
+    range, choices); ``defaults`` is derived from it. The constructor accepts exactly
+    those parameters, checked by :meth:`check_params` before a run starts.
+    ``failure_counters`` names numbers the method reports each round (:meth:`report`)
+    that count its own failures (FedPAC's ``qp_failures``); the engine totals them and
+    warns when they are not zero.
     """
 
     name: ClassVar[str] = "base"
+    hyperparams: ClassVar[dict[str, Param]] = {}
     defaults: ClassVar[dict[str, Any]] = {}
+    failure_counters: ClassVar[tuple[str, ...]] = ()
     paper: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        cls.defaults = {key: spec.default for key, spec in cls.hyperparams.items()}
 
     def __init__(self, **params: Any):
         self.check_params(params)
@@ -105,20 +116,8 @@ class Algorithm:
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
-        from ..config import ConfigError
-
-        for key, value in params.items():
-            if key not in cls.defaults:
-                raise ConfigError(f"method {cls.name!r} has no parameter {key!r}; its parameters are "
-                                  f"{sorted(cls.defaults) or 'none'}.")
-            default = cls.defaults[key]
-            if isinstance(default, (int, float)) and not isinstance(default, bool):
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                    raise ConfigError(f"method parameter {key!r} = {value!r} is not allowed: it must be a number >= 0.")
-            elif isinstance(default, bool) and not isinstance(value, bool):
-                raise ConfigError(f"method parameter {key!r} = {value!r} is not allowed: it must be true or false.")
-            elif isinstance(default, str) and not isinstance(value, str):
-                raise ConfigError(f"method parameter {key!r} = {value!r} is not allowed: it must be a string.")
+        """Refuse an unknown parameter or a bad value with one sentence (ConfigError)."""
+        check_hyperparams(cls.name, cls.hyperparams, dict(params) if isinstance(params, Mapping) else params)
 
     # -- protocol -------------------------------------------------------------------
     def init(self, model: SplitModel, info: FederationInfo) -> dict:

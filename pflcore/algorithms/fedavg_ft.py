@@ -5,14 +5,14 @@ from __future__ import annotations
 from torch import nn
 
 from ..models import SplitModel
-from .base import Client, load
+from .base import Client, Param, load
 from .fedavg import FedAvg
 
 
 class FedAvgFT(FedAvg):
     name = "fedavg_ft"
     paper = "FedAvg + local fine-tuning (Xu et al. ICLR 2023, Table 1)"
-    defaults = {"ft_epochs": 5}
+    hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of local fine-tuning before evaluation")}
 
     def shared_predictor(self, state: dict, model: SplitModel) -> None:
         return None

@@ -7,13 +7,14 @@ from __future__ import annotations
 from torch import nn
 
 from ..models import SplitModel
-from .base import Algorithm, Client, FederationInfo, load, sample_weights, snapshot, weighted_average
+from .base import Algorithm, Client, FederationInfo, Param, load, sample_weights, snapshot, weighted_average
 
 
 class FedBABU(Algorithm):
     name = "fedbabu"
     paper = "Oh et al., ICLR 2022"
-    defaults = {"ft_epochs": 5, "ft_body": False}
+    hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of fine-tuning before evaluation"),
+                   "ft_body": Param(False, doc="fine-tune the whole model, not only the head")}
 
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         return {"body": snapshot(model.body), "head": snapshot(model.head)}

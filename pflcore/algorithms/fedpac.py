@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from .base import Algorithm, Client, FederationInfo, load, sample_weights, snapshot, weighted_average
+from .base import Algorithm, Client, FederationInfo, Param, load, sample_weights, snapshot, weighted_average
 
 
 def feature_statistics(z: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, torch.Tensor]:
@@ -53,6 +53,16 @@ def combination_matrix(v: torch.Tensor, h: torch.Tensor, i: int, eig_floor: floa
         keep = evals >= eig_floor
         p = (evecs[:, keep] * evals[keep]) @ evecs[:, keep].T
     return p.cpu().numpy()
+
+
+def qp_solvers() -> list[str]:
+    """The installed cvxpy solvers that can solve the combination QP (a convex quadratic
+    objective, or its second-order-cone form)."""
+    import cvxpy as cp
+    from cvxpy.reductions.solvers.defines import CONIC_SOLVERS, QP_SOLVERS, SOLVER_MAP_CONIC
+
+    socp = {name for name in CONIC_SOLVERS if cp.SOC in getattr(SOLVER_MAP_CONIC.get(name), "SUPPORTED_CONSTRAINTS", [])}
+    return sorted(set(cp.installed_solvers()) & (set(QP_SOLVERS) | socp))
 
 
 class SimplexQP:
@@ -95,16 +105,18 @@ def combination_weights(p: np.ndarray, solver: SimplexQP, threshold: float = 1e-
 class FedPAC(Algorithm):
     name = "fedpac"
     paper = "Xu, Tong, Huang, ICLR 2023"
-    defaults = {
-        "lam": 1.0,                 # lambda, weight of the feature-alignment term
-        "head_lr": 0.1,             # eta_g, head learning rate (one epoch)
-        "head_epochs": 1,
-        "feature_alignment": True,  # Table 2 "FA"
-        "classifier_collab": True,  # Table 2 "CC"
-        "solver": "CLARABEL",
-        "weight_threshold": 1e-3,
-        "eig_floor": 0.01,
+    hyperparams = {
+        "lam": Param(1.0, low=0, doc="lambda, weight of the feature-alignment term (eq. 5)"),
+        "head_lr": Param(0.1, low=0, low_open=True, doc="eta_g, the head's learning rate"),
+        "head_epochs": Param(1, low=0, doc="head epochs with the body frozen"),
+        "feature_alignment": Param(True, doc='Table 2 "FA": align features to the global centroids'),
+        "classifier_collab": Param(True, doc='Table 2 "CC": combine heads by the per-client QP'),
+        "solver": Param("CLARABEL", choices=lambda: qp_solvers(), doc="the cvxpy solver of the QP"),
+        "weight_threshold": Param(1e-3, low=0, high=1, high_open=True,
+                                  doc="combination weights at or below it are zeroed (upstream eps)"),
+        "eig_floor": Param(0.01, low=0, doc="eigenvalue floor when rounding makes P indefinite"),
     }
+    failure_counters = ("qp_failures",)
 
     def __init__(self, **params: Any):
         super().__init__(**params)

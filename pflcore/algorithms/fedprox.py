@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..training import cross_entropy
+from .base import Param
 from .fedavg import FedAvg
 
 
 class FedProx(FedAvg):
     name = "fedprox"
     paper = "Li et al., MLSys 2020"
-    defaults = {"mu": 0.01}
+    hyperparams = {"mu": Param(0.01, low=0, doc="weight of the proximal term mu/2 ||w - w_global||^2")}
 
     def loss_fn(self, payload: dict):
         if self.mu == 0:

@@ -4,14 +4,14 @@ the head frozen. Only the body is averaged. ``head_epochs`` = 5 as in pFedFDA C.
 (FedRep's paper uses 10)."""
 from __future__ import annotations
 
-from .base import Client
+from .base import Client, Param
 from .fedper import FedPer
 
 
 class FedRep(FedPer):
     name = "fedrep"
     paper = "Collins et al., ICML 2021"
-    defaults = {"head_epochs": 5}
+    hyperparams = {"head_epochs": Param(5, low=0, doc="head epochs (body frozen) before the body epochs")}
 
     def local_update(self, payload: dict, client: Client) -> dict:
         model = self.personal_model(payload, client)

@@ -55,7 +55,12 @@ _SPLITS = ("train", "test", "all")
 
 
 class PartitionError(ValueError):
-    """A partition argument is invalid or the requested partition is infeasible."""
+    """A partition argument is invalid or the requested partition is infeasible;
+    ``param`` names the partition parameter at fault, when there is one."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class RecyclingWarning(UserWarning):
@@ -241,31 +246,33 @@ def _is_real(v: Any) -> bool:
 
 def _need_int(kind: str, name: str, v: Any, lo: int) -> None:
     if not _is_int(v) or v < lo:
-        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be an integer >= {lo}.")
+        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be an integer >= {lo}.", param=name)
 
 
 def _need_fraction(kind: str, name: str, v: Any, *, closed_right: bool = True) -> None:
     ok = _is_real(v) and 0 < v and (v <= 1 if closed_right else v < 1)
     if not ok:
         interval = "(0, 1]" if closed_right else "(0, 1)"
-        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be a number in {interval}.")
+        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be a number in {interval}.",
+                             param=name)
 
 
 def _need_choice(kind: str, name: str, v: Any, allowed: Sequence[str]) -> None:
     if v not in allowed:
         raise PartitionError(
-            f"{name}={v!r} is invalid for kind {kind!r}: allowed values are {', '.join(map(repr, allowed))}."
+            f"{name}={v!r} is invalid for kind {kind!r}: allowed values are {', '.join(map(repr, allowed))}.",
+            param=name,
         )
 
 
 def _need_bool(kind: str, name: str, v: Any) -> None:
     if not isinstance(v, (bool, np.bool_)):
-        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be True or False.")
+        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be True or False.", param=name)
 
 
 def _need_unused(kind: str, name: str, v: Any, why: str) -> None:
     if v is not None:
-        raise PartitionError(f"{name}={v!r} is not used for kind {kind!r} {why}; leave it unset.")
+        raise PartitionError(f"{name}={v!r} is not used for kind {kind!r} {why}; leave it unset.", param=name)
 
 
 def _need_int_list(kind: str, name: str, v: Any, lo: int) -> None:
@@ -276,7 +283,8 @@ def _need_int_list(kind: str, name: str, v: Any, lo: int) -> None:
         or not all(_is_int(x) and x >= lo for x in v)
     ):
         raise PartitionError(
-            f"{name}={v!r} is invalid for kind {kind!r}: it must be a non-empty list of integers >= {lo}."
+            f"{name}={v!r} is invalid for kind {kind!r}: it must be a non-empty list of integers >= {lo}.",
+            param=name,
         )
 
 
@@ -833,24 +841,28 @@ def _check_dominant(p: dict, num_classes: int | None) -> None:
     _need_int("dominant", "samples_per_client", p["samples_per_client"], 1)
     s = p["s"]
     if not _is_real(s) or not 0 <= s <= 1:
-        raise PartitionError(f"s={s!r} is invalid for kind 'dominant': it must be a number in [0, 1].")
+        raise PartitionError(f"s={s!r} is invalid for kind 'dominant': it must be a number in [0, 1].", param="s")
     groups = p["groups"]
     if groups is None:
         if num_classes is not None and num_classes not in _DEFAULT_GROUPS:
             raise PartitionError(
                 f"groups is required for kind 'dominant' when num_classes={num_classes} "
-                "(defaults exist only for 10 and 62 classes)."
+                "(defaults exist only for 10 and 62 classes).",
+                param="groups",
             )
     else:
         if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or len(groups) == 0:
-            raise PartitionError(f"groups={groups!r} is invalid: it must be a non-empty list of lists of class ids.")
+            raise PartitionError(f"groups={groups!r} is invalid: it must be a non-empty list of lists of class ids.",
+                                 param="groups")
         for g in groups:
             _need_int_list("dominant", "groups", g, 0)
             if len(set(int(x) for x in g)) != len(g):
-                raise PartitionError(f"groups={groups!r} is invalid: a group lists class {g} with repeats.")
+                raise PartitionError(f"groups={groups!r} is invalid: a group lists class {g} with repeats.",
+                                     param="groups")
             if num_classes is not None and max(g) >= num_classes:
                 raise PartitionError(
-                    f"groups={groups!r} is invalid: class {max(g)} does not exist (num_classes={num_classes})."
+                    f"groups={groups!r} is invalid: class {max(g)} does not exist (num_classes={num_classes}).",
+                    param="groups",
                 )
     if p["size_choices"] is not None:
         _need_int_list("dominant", "size_choices", p["size_choices"], 1)
@@ -871,7 +883,8 @@ def _check_pathological(p: dict, num_classes: int | None) -> None:
     if num_classes is not None and max(per_group) > num_classes:
         raise PartitionError(
             f"classes_per_client={cpc!r} is invalid: a client cannot hold more than "
-            f"num_classes={num_classes} classes."
+            f"num_classes={num_classes} classes.",
+            param="classes_per_client",
         )
     _need_choice(k, "class_sets", p["class_sets"], ("random", "clustered"))
     ng = p["num_groups"]
@@ -880,12 +893,14 @@ def _check_pathological(p: dict, num_classes: int | None) -> None:
         if len(per_group) > 1 and ng != len(per_group):
             raise PartitionError(
                 f"num_groups={ng} is invalid: classes_per_client lists {len(per_group)} groups; "
-                "leave num_groups unset or make them agree."
+                "leave num_groups unset or make them agree.",
+                param="num_groups",
             )
     elif p["class_sets"] == "clustered" and len(per_group) == 1:
         raise PartitionError(
             "num_groups is required for kind 'pathological' when class_sets='clustered' and "
-            "classes_per_client is a single integer."
+            "classes_per_client is a single integer.",
+            param="num_groups",
         )
     spc = p["samples_per_client"]
     _need_choice(k, "on", p["on"], ("train", "union"))
@@ -894,7 +909,8 @@ def _check_pathological(p: dict, num_classes: int | None) -> None:
         if p["on"] != "train":
             raise PartitionError(
                 f"on={p['on']!r} is invalid for kind 'pathological' with samples_per_client={spc}: "
-                "on='union' requires samples_per_client=None."
+                "on='union' requires samples_per_client=None.",
+                param="on",
             )
         if p["test_fraction"] is not None:
             _need_fraction(k, "test_fraction", p["test_fraction"])
@@ -912,7 +928,8 @@ def _check_dirichlet(p: dict, num_classes: int | None) -> None:
     k = "dirichlet"
     alpha = p["alpha"]
     if not _is_real(alpha) or alpha <= 0:
-        raise PartitionError(f"alpha={alpha!r} is invalid for kind 'dirichlet': it must be a number > 0.")
+        raise PartitionError(f"alpha={alpha!r} is invalid for kind 'dirichlet': it must be a number > 0.",
+                             param="alpha")
     _need_choice(k, "on", p["on"], ("train", "union"))
     _need_int(k, "min_size", p["min_size"], 0)
     _need_int(k, "max_retries", p["max_retries"], 1)
@@ -947,11 +964,13 @@ def _check_natural(p: dict, num_classes: int | None) -> None:
     if ids is not None and (train_ids is not None or test_ids is not None):
         raise PartitionError(
             "ids cannot be combined with train_ids/test_ids for kind 'natural'; pass ids (pooled) "
-            "or train_ids (optionally with test_ids)."
+            "or train_ids (optionally with test_ids).",
+            param="ids",
         )
     if ids is None and train_ids is None:
         raise PartitionError(
-            "ids or train_ids is required for kind 'natural' (test_ids alone cannot define clients)."
+            "ids or train_ids is required for kind 'natural' (test_ids alone cannot define clients).",
+            param="ids",
         )
     if test_ids is not None:
         _need_unused("natural", "train_fraction", p["train_fraction"], "when test_ids is given")
@@ -971,20 +990,22 @@ _CHECKS: dict[str, Callable[[dict, int | None], None]] = {
 def _bind_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """Named parameters of ``kind`` with defaults applied; unknown/missing -> error."""
     if kind not in PARTITIONERS:
-        raise PartitionError(f"kind={kind!r} is unknown; allowed kinds: {', '.join(sorted(PARTITIONERS))}.")
+        raise PartitionError(f"kind={kind!r} is unknown; allowed kinds: {', '.join(sorted(PARTITIONERS))}.",
+                             param="kind")
     sig = inspect.signature(PARTITIONERS[kind])
     names = [n for n, prm in sig.parameters.items() if prm.kind is inspect.Parameter.KEYWORD_ONLY]
     unknown = sorted(set(params) - set(names))
     if unknown:
         raise PartitionError(
-            f"parameter {unknown[0]!r} is unknown for kind {kind!r}; allowed: {', '.join(names)}."
+            f"parameter {unknown[0]!r} is unknown for kind {kind!r}; allowed: {', '.join(names)}.",
+            param=unknown[0],
         )
     bound: dict[str, Any] = {}
     for n in names:
         if n in params:
             bound[n] = params[n]
         elif sig.parameters[n].default is inspect.Parameter.empty:
-            raise PartitionError(f"parameter {n!r} is required for kind {kind!r}.")
+            raise PartitionError(f"parameter {n!r} is required for kind {kind!r}.", param=n)
         else:
             bound[n] = sig.parameters[n].default
     return bound
@@ -999,7 +1020,7 @@ def validate_partition_args(
     bound = _bind_params(kind, params)
     if num_clients is None:
         if kind != "natural":
-            raise PartitionError(f"num_clients is required for kind {kind!r} (an integer >= 1).")
+            raise PartitionError(f"num_clients is required for kind {kind!r} (an integer >= 1).", param="num_clients")
     else:
         _need_int(kind, "num_clients", num_clients, 1)
     if num_classes is not None:

@@ -36,6 +36,7 @@ import io
 import os
 import pickle
 import tarfile
+import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -63,6 +64,13 @@ __all__ = [
 ]
 
 DATASETS: tuple[str, ...] = ("fmnist", "mnist", "emnist", "cifar10", "cifar100", "cinic10", "digits")
+
+#: Image shape (channels, height = width) and number of classes of each dataset, known
+#: before loading it: the config is checked against them before any work.
+SHAPES: dict[str, tuple[int, int, int]] = {
+    "fmnist": (1, 28, 10), "mnist": (1, 28, 10), "emnist": (1, 28, 62), "cifar10": (3, 32, 10),
+    "cifar100": (3, 32, 100), "cinic10": (3, 32, 10), "digits": (1, 8, 10),
+}
 
 #: CINIC-10: when True the training split is ``train`` + ``valid`` (180,000 images);
 #: by default it is ``train`` only (90,000). The test split is always ``test``.
@@ -364,6 +372,10 @@ _PROBES: dict[str, Callable[[str, Path], _Found | None]] = {
     "cifar100": _probe_cifar,
     "cinic10": _probe_cinic,
 }
+
+
+def _is_under(path: Path, folder: Path) -> bool:
+    return path.absolute().is_relative_to(folder.absolute())
 
 
 def _locate(name: str, bases: Sequence[tuple[str, Path]]) -> _Found | None:
@@ -826,8 +838,15 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, download
     name = canonical_name(name)
     if name == "digits":
         return _load_digits(DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION)
+    if root is not None and not Path(root).expanduser().is_dir():
+        raise DatasetNotFoundError(f"data root {str(root)!r} is not an existing folder; give the folder that holds "
+                                   f"the {name} files, or no root to search the usual places.")
     bases = _search_bases(name, root)
     found = _locate(name, bases)
+    if root is not None and (found is None or not _is_under(Path(found.paths[0]), Path(root).expanduser())):
+        elsewhere = f"the copy in {Path(found.paths[0]).parent}" if found else "the next places in the search"
+        warnings.warn(f"data root {str(root)!r} holds no {name} files; the search moved on to {elsewhere}.",
+                      stacklevel=2)
     if found is None:
         if not download:
             raise _not_found(name, bases, "download=False")
