@@ -1,14 +1,23 @@
 """Executors: worker processes give exactly the in-process numbers; failures are reported."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data
+from pflcore.engine import executors
 from pflcore.engine.executors import (EVALUATE, TRAIN, ClientJob, ClientResult, InProcess, WorkerError,
-                                      WorkerPool, _pack, _split, _unpack)
+                                      WorkerPool, _pack, _split, _unpack, available_cores, resolve_workers)
 from pflcore.engine.simulation import run
 
 
@@ -89,7 +98,7 @@ def test_a_failing_client_is_left_out_and_recorded(make_config):
 def test_a_worker_exception_surfaces_with_its_traceback_and_the_pool_recovers(make_config):
     cfg = make_config(method="fedavg", rounds=1)
     sim = Simulation(cfg, build_data(cfg))
-    sim.use_workers(2)
+    sim.executor = WorkerPool(sim.worker, 2)  # not use_workers: that runs in-process on a 1-core machine
     try:
         bad = ClientJob(TRAIN, 0, 0, {"model": {"not a weight": torch.zeros(1)}})
         with pytest.raises(WorkerError, match="Traceback"):
@@ -120,3 +129,124 @@ def test_bfloat16_local_training_learns(make_config):
     assert np.isfinite(bf16.summary["final_train_loss"])
     assert bf16.summary["final_train_loss"] != fp32.summary["final_train_loss"]  # it did change the arithmetic
     assert abs(bf16.summary["acc_mean"] - fp32.summary["acc_mean"]) < 10
+
+
+# ---------------------------------------------------------------------- machine limits
+def test_an_explicit_worker_count_is_cut_to_the_cores_and_the_clients():
+    cap = min(4, available_cores())
+    with pytest.warns(UserWarning, match=rf"workers = 1000 was cut to {cap}: one worker process per core and "
+                                         rf"per client at most"):
+        assert resolve_workers(1000, num_clients=4) == cap
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a request that fits is taken as it is, silently
+        assert resolve_workers(1, num_clients=4) == 1 and resolve_workers(0, num_clients=4) == 0
+
+
+def test_a_run_asking_for_1000_workers_starts_at_most_one_per_core(make_config, monkeypatch):
+    cores = available_cores()
+    started = []
+
+    def guarded(num_workers):  # refuses before spawning anything, so the old code fails safely
+        assert num_workers <= cores, f"{num_workers} worker processes requested on {cores} cores"
+        started.append(num_workers)
+        return real(num_workers)
+
+    real = executors._Processes
+    monkeypatch.setattr(executors, "_Processes", guarded)
+    executors.shutdown_workers()
+    with pytest.warns(UserWarning, match="workers = 1000 was cut"):
+        result = run(make_config(workers=1000, rounds=1))
+    assert result.summary["status"] == "finished"
+    assert all(n <= min(4, cores) for n in started)
+    assert sum(len(p.processes) for p in executors._PROCESSES.values()) <= cores
+
+
+SLOW_METHOD = '''
+import os, time
+from pathlib import Path
+from pflcore.algorithms.fedavg import FedAvg
+
+class SlowFedAvg(FedAvg):
+    def local_update(self, payload, client):
+        Path(os.environ["PFLCORE_TEST_BUSY"], str(os.getpid())).touch()
+        time.sleep(300)  # busy when the parent dies: no closed pipe will wake this worker
+        return super().local_update(payload, client)
+'''
+
+PARENT = '''
+import sys, threading
+from pathlib import Path
+from slow_method import SlowFedAvg
+from pflcore.config import ExperimentConfig
+from pflcore.engine import Simulation, build_data, executors
+from pflcore.engine.executors import EVALUATE, TRAIN, ClientJob, WorkerPool
+
+out, mode = Path(sys.argv[1]), sys.argv[2]
+cfg = ExperimentConfig.from_dict(dict(method="fedavg", dataset="digits", model="mlp", num_clients=4, rounds=1,
+                                      batch_size=16, partition={"kind": "dominant", "s": 0.2, "samples_per_client": 80},
+                                      output_dir=str(out / "results"), quiet=True, seed=7, workers=0))
+sim = Simulation(cfg, build_data(cfg))
+sim.worker.algorithm = SlowFedAvg(**sim.algorithm.params)
+pools = []
+
+
+def start():
+    pools.append(WorkerPool(sim.worker, 2))
+    # Both workers answer before this thread ends: each is fully started while it lives.
+    pools[0].run([ClientJob(EVALUATE, c, 0, sim.algorithm.payload(sim.state, c)) for c in (0, 1)])
+
+
+if mode == "thread":  # the workers must outlive the thread that started them, not the process
+    starter = threading.Thread(target=start)
+    starter.start()
+    starter.join()
+else:
+    start()
+(out / "pids").write_text(" ".join(str(p.pid) for p in executors._PROCESSES[2].processes))
+pools[0].run([ClientJob(TRAIN, c, 0, sim.algorithm.payload(sim.state, c)) for c in range(4)])
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["main", "thread"])
+def test_busy_workers_exit_when_their_parent_is_killed(tmp_path, mode):
+    (tmp_path / "slow_method.py").write_text(SLOW_METHOD)
+    (tmp_path / "parent.py").write_text(PARENT)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    env = {**os.environ, "PFLCORE_TEST_BUSY": str(busy),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    pids: list[int] = []
+    with open(tmp_path / "parent.log", "wb") as log:
+        parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), str(tmp_path), mode], env=env,
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and parent.poll() is None and len(list(busy.iterdir())) < 2:
+            time.sleep(0.2)
+        if (tmp_path / "pids").exists():
+            pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        assert parent.poll() is None and sorted(int(p.name) for p in busy.iterdir()) == sorted(pids), \
+            f"the workers never got busy:\n{(tmp_path / 'parent.log').read_text()}"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.1)
+        assert not [pid for pid in pids if _alive(pid)], "worker processes outlived their killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """A live process, not a zombie waiting for its new parent to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] not in "ZX"

@@ -16,6 +16,8 @@ sample, but not more than that in 2-3 rounds.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -306,8 +308,44 @@ def test_failing_node_is_recorded_and_rounds_go_on(tmp_path):
 
 
 # ====================================================================== deployment engine
+NEW_USER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # a user who runs .venv/bin/python without activating the venv
+FLOWER_COMMANDS = ("flower-superlink", "flower-supernode", "flwr",  # started by pflcore
+                   "flower-superexec", "flwr-serverapp", "flwr-clientapp")  # started by Flower, by name
+
+
+def test_deployment_takes_flower_commands_from_beside_the_interpreter_never_from_path(tmp_path, monkeypatch):
+    from pflcore.flower import deploy
+
+    decoys = tmp_path / "decoys"
+    decoys.mkdir()
+    for name in FLOWER_COMMANDS:
+        (decoys / name).write_text("#!/bin/sh\nexit 3\n")
+        (decoys / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{decoys}{os.pathsep}{NEW_USER_PATH}")
+    here = Path(sys.executable).parent  # the venv's bin, not where its python link resolves to
+    env = deploy._environment(tmp_path / "home")
+    assert env["PATH"].split(os.pathsep)[0] == str(here)
+    for name in FLOWER_COMMANDS:  # what every process the deployment starts will find
+        assert shutil.which(name, path=env["PATH"]) == str(here / name)
+        assert deploy._tool(name) == str(here / name)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bare" / "bin" / "python"))
+    with pytest.raises(FileNotFoundError, match=r"not installed beside .*pip install -e \.\[flower\]"):
+        deploy._tool("flower-superlink")
+
+
 @pytest.mark.slow
 def test_deployment_superlink_and_two_supernodes(tmp_path):
+    check_deployment(tmp_path)
+
+
+@pytest.mark.slow
+def test_deployment_on_a_new_users_path(tmp_path, monkeypatch):
+    """The README's `.venv/bin/python -m pytest`: the venv's bin is not on PATH."""
+    monkeypatch.setenv("PATH", NEW_USER_PATH)
+    check_deployment(tmp_path)
+
+
+def check_deployment(tmp_path: Path):
     from pflcore.flower.deploy import deploy
 
     config = fmnist_config(tmp_path / "results", rounds=2)

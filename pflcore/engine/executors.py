@@ -23,8 +23,11 @@ import os
 import pickle
 import signal
 import sys
+import threading
+import time
 import traceback
 import types
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -126,7 +129,8 @@ class WorkerPool:
     """Runs jobs in ``num_workers`` processes with one torch thread each.
 
     The processes are started once per Python session (spawning one costs seconds: it
-    imports torch) and reused by every later run with the same number of workers; each
+    imports torch) and reused by every later run with the same number of workers (a run
+    with another number first stops the idle ones, so they never pile up); each
     run sends them its data once, packed into a few tensors that travel through shared
     memory. Each round only payloads, states and updates travel (pickled). Jobs are cut
     into contiguous groups of about equal training size, one group per worker.
@@ -147,6 +151,9 @@ class WorkerPool:
     def _processes(self) -> "_Processes":
         procs = _PROCESSES.get(self.num_workers)
         if procs is None or not procs.alive():
+            for other in list(_PROCESSES.values()):  # a broken pool, idle ones of other sizes: stop them
+                if other is procs or other.owner is None:
+                    other.shutdown()
             procs = _PROCESSES[self.num_workers] = _Processes(self.num_workers)
         if procs.owner is not self:
             if self._setup is None:
@@ -170,7 +177,8 @@ class WorkerPool:
 
 
 class _Processes:
-    """The long-lived worker processes and their pipes."""
+    """The long-lived worker processes and their pipes. A worker exits when this process
+    dies, even in the middle of a job (see :func:`_exit_with_parent`)."""
 
     def __init__(self, num_workers: int):
         import torch.multiprocessing as mp  # registers the shared-memory tensor reductions
@@ -178,13 +186,16 @@ class _Processes:
         ctx = mp.get_context("spawn")  # fork hangs once the parent has used OpenMP
         self.owner: WorkerPool | None = None
         self.connections, self.processes = [], []
+        # The kernel's parent-death signal follows the thread that started the child: use it
+        # only when that thread lives as long as this process.
+        death_signal = threading.current_thread() is threading.main_thread()
         saved = os.environ.get("OMP_NUM_THREADS")
         os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the children before torch loads
         try:
             with _main_module_hidden():
                 for _ in range(num_workers):
                     parent, child = ctx.Pipe()
-                    proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+                    proc = ctx.Process(target=_worker_main, args=(child, os.getpid(), death_signal), daemon=True)
                     proc.start()
                     child.close()
                     self.connections.append(parent)
@@ -265,14 +276,25 @@ atexit.register(shutdown_workers)
 
 def resolve_workers(workers: int | str, *, device: str = "cpu", num_clients: int | None = None) -> int:
     """The number of worker processes to use: ``"auto"`` means one per core on CPU (at
-    most one per client; none on a 1-core machine or on a GPU)."""
+    most one per client; none on a 1-core machine or on a GPU). An explicit number is cut
+    to at most one per core and one per client, with a warning saying so."""
+    cores = available_cores()
     if workers != "auto":
-        return int(workers)
+        asked = int(workers)
+        n = min(asked, cores, num_clients or asked)
+        if n < asked:
+            clients = f", the run {_count(num_clients, 'client')}" if num_clients else ""
+            warnings.warn(f"workers = {asked} was cut to {n}: one worker process per core and per client at most "
+                          f"(this machine has {_count(cores, 'core')}{clients}).", stacklevel=2)
+        return n
     if device != "cpu":
         return 0
-    cores = available_cores()
     n = min(cores, num_clients or cores)
     return n if n > 1 else 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def available_cores() -> int:
@@ -359,7 +381,31 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def _worker_main(conn) -> None:
+def _exit_with_parent(parent_pid: int, death_signal: bool) -> None:
+    """End this worker when ``parent_pid`` dies, busy or not: a closed pipe only wakes a
+    worker that is waiting for work. On Linux the kernel sends SIGKILL when the thread that
+    started us exits (``death_signal``: that thread is the parent's main thread); in every
+    case a daemon thread checks every 0.5 s whether we were handed to another parent."""
+    if death_signal and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pflcore-parent-watch", daemon=True).start()
+
+
+def _worker_main(conn, parent_pid: int, death_signal: bool = False) -> None:
+    _exit_with_parent(parent_pid, death_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _keep_freed_memory()
     torch.set_num_threads(1)

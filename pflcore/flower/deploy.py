@@ -16,14 +16,16 @@ waits for the run, stops every process it started by PID (its process group: SIG
 then SIGKILL), and returns the run's :class:`~pflcore.engine.results.RunResult` from the
 results directory (the same one ``pflcore.run`` would write). Everything stays on the
 loopback interface, with Flower's telemetry, update check and runtime dependency
-installation off. Real machines: README, section "Flower".
+installation off. Every Flower command (those started here, and ``flower-superexec``,
+``flwr-serverapp`` and ``flwr-clientapp``, which Flower starts by name) comes from the
+folder of the running Python (``sys.executable``'s, e.g. ``.venv/bin``), whatever the
+user's ``PATH``. Real machines: README, section "Flower".
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -107,7 +109,7 @@ def deploy(config: Any, *, supernodes: int = 2, workdir: str | Path | None = Non
     (work / "home" / "config.toml").write_text(
         f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
         f'address = "127.0.0.1:{port}"\ninsecure = true\n')
-    env = {**os.environ, **OFFLINE_ENV, "FLWR_HOME": str(work / "home")}
+    env = _environment(work / "home")
 
     procs: list[subprocess.Popen] = []
     result: RunResult | None = None
@@ -252,13 +254,28 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _bin_dir() -> Path:
+    """The folder of the running Python, where its environment's commands are installed
+    (not resolved: a venv's ``python`` links to the base interpreter elsewhere)."""
+    return Path(sys.executable).parent
+
+
+def _environment(flwr_home: Path) -> dict:
+    """The environment of every process the deployment starts: offline, its own
+    ``FLWR_HOME``, and this Python's folder first on ``PATH``, so that the commands Flower
+    starts by name are this environment's, also when the venv was never activated."""
+    path = os.environ.get("PATH", os.defpath)
+    return {**os.environ, **OFFLINE_ENV, "FLWR_HOME": str(flwr_home),
+            "PATH": os.pathsep.join([str(_bin_dir()), *filter(None, path.split(os.pathsep))])}
+
+
 def _tool(name: str) -> str:
-    """A Flower command from this Python's environment (falls back to PATH)."""
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
-    if not found:
-        raise FileNotFoundError(f"the Flower command {name!r} is not installed: `pip install -e .[flower]`.")
-    return found
+    """A Flower command from this Python's environment (never from the user's ``PATH``)."""
+    here = _bin_dir() / name
+    if not (here.is_file() and os.access(here, os.X_OK)):
+        raise FileNotFoundError(f"the Flower command {name!r} is not installed beside {sys.executable}: install "
+                                f"Flower into that environment with `{sys.executable} -m pip install -e .[flower]`.")
+    return str(here)
 
 
 def _wait_for_port(port: int, timeout: float, proc: subprocess.Popen, logfile: Path) -> None:
