@@ -153,10 +153,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def _resume_hint(run_dir: Path) -> str:
     """Where the same command would pick up: the round after the last checkpoint."""
+    import warnings
+
     import torch
 
     try:
-        next_round = int(torch.load(run_dir / "checkpoint.pt", weights_only=True)["next_round"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            next_round = int(torch.load(run_dir / "checkpoint.pt", weights_only=True)["next_round"])
     except Exception:  # no checkpoint yet, or not readable: the run starts over
         next_round = 0
     if next_round == 0:

@@ -3,7 +3,8 @@
 Notebook ``notebooks/<dir>/<NN_>name.ipynb`` takes its parameters from
 ``params/<dir>/<name>/<preset>.yaml`` (a leading ``NN_`` ordering prefix is dropped), e.g.
 ``notebooks/00_quickstart.ipynb`` -> ``params/quickstart/smoke.yaml``. Executed copies go
-to ``<out>/<preset>/...``; the source notebooks stay without outputs.
+to ``<out>/<preset>/...``; the source notebooks stay without outputs. A preset is a plain
+name (letters, digits, ``-``, ``_``) that some notebook has a file for.
 """
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .yaml_io import read_yaml_file
+
 PRESETS = ("smoke", "paper")
+PRESET_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class PresetError(FileNotFoundError, ValueError):
+    """A preset that no notebook has, or a name that is not a plain name; one sentence."""
 
 
 @dataclass
@@ -42,6 +50,22 @@ def params_path(notebook: Path, root: Path, preset: str) -> Path:
     return root / "params" / rel.parent / stem / f"{preset}.yaml"
 
 
+def available_presets(root: Path) -> list[str]:
+    """Every preset some notebook has: the names of the YAML files under ``params/``."""
+    return sorted({p.stem for p in (root / "params").rglob("*.yaml")})
+
+
+def check_preset(preset: str, root: Path) -> None:
+    """Refuse, with one sentence, a preset that is not a plain name or that no notebook has."""
+    presets = available_presets(root)
+    known = ", ".join(presets) or "none"
+    if not isinstance(preset, str) or not PRESET_NAME.fullmatch(preset):
+        raise PresetError(f"preset {preset!r} is not a plain name (letters, digits, '-' and '_' only); "
+                          f"the presets are: {known}.")
+    if preset not in presets:
+        raise PresetError(f"there is no preset {preset!r} under {root / 'params'}; the presets are: {known}.")
+
+
 def discover(root: Path, only: list[str] | None = None) -> list[Path]:
     """All notebooks of the collection in order, optionally those whose path contains a pattern."""
     found = sorted(p for p in (root / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
@@ -57,13 +81,16 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
     writes ``<out>/<preset>/summary.json``. ``overrides`` replace preset values for every
     notebook (e.g. ``output_dir``)."""
     import papermill
-    import yaml
 
     root = project_root(root)
+    check_preset(preset, root)  # before anything runs or is written
     out_dir = Path(out).resolve() / preset
     notebooks = discover(root, only)
     if not notebooks:
         raise FileNotFoundError(f"no notebook under {root / 'notebooks'} matches {only}.")
+    if not any(params_path(nb, root, preset).exists() for nb in notebooks):
+        raise PresetError(f"none of the {len(notebooks)} selected notebook(s) has a {preset!r} preset; "
+                          f"the presets are: {', '.join(available_presets(root))}.")
     runs: list[NotebookRun] = []
     for nb in notebooks:
         rel = nb.relative_to(root)
@@ -72,7 +99,7 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
             runs.append(NotebookRun(str(rel), preset, "no preset", 0.0))
             log(f"skip   {rel}: no {preset_file.relative_to(root)}")
             continue
-        parameters = {**(yaml.safe_load(preset_file.read_text()) or {}), **(overrides or {})}
+        parameters = {**(read_yaml_file(preset_file, 'preset') or {}), **(overrides or {})}
         target = out_dir / rel.relative_to("notebooks")
         target.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
@@ -89,7 +116,9 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=1) + "\n")
     total = sum(r.seconds for r in runs)
-    failed = sum(r.status == "failed" for r in runs)
-    log(f"{len(runs) - failed} of {len(runs)} notebooks ran without error in {total:.1f} s "
-        f"(preset {preset!r}); executed copies in {out_dir}")
+    ran = [r for r in runs if r.status != "no preset"]
+    failed = sum(r.status == "failed" for r in ran)
+    skipped = len(runs) - len(ran)
+    log(f"{len(ran) - failed} of {len(ran)} notebooks ran without error in {total:.1f} s (preset {preset!r}"
+        + (f"; {skipped} skipped, without this preset" if skipped else "") + f"); executed copies in {out_dir}")
     return runs

@@ -209,3 +209,24 @@ def test_diverging_run_is_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "not finite" in err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("damaged", ["summary.json", "config.json", "clients.npz", "checkpoint.pt"])
+def test_cli_names_a_damaged_result_file(tmp_path, monkeypatch, capsys, damaged):
+    """A damaged file of an existing run is one line naming it; a checkpoint is never
+    suggested to be loaded with weights_only=False."""
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--method", "fedavg", "--dataset", "digits", "--set", "model=mlp", "--num-clients", "2",
+            "--rounds", "2", "--workers", "0", "--output-dir", "out", "--name", "r", "--quiet",
+            "--set", "partition.kind=iid", "--set", "local_epochs=1"]
+    if damaged == "checkpoint.pt":  # an unfinished run: stop it after its first checkpoint
+        assert main([*args, "--set", "checkpoint_every=1", "--set", "rounds=3"]) == 0
+        (tmp_path / "out" / "r" / "summary.json").unlink()
+        args += ["--set", "checkpoint_every=1", "--set", "rounds=3"]
+    else:
+        assert main(args) == 0
+    capsys.readouterr()
+    (tmp_path / "out" / "r" / damaged).write_bytes(b"\x80\x04not what it should be")
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert damaged in err and "Traceback" not in err and "weights_only" not in err

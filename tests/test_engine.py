@@ -129,6 +129,48 @@ def test_divergence_stops_with_a_clear_message(make_config):
     assert json.loads(open(path + "/config.json").read())["config"]["lr"] == 1e6
 
 
+def test_divergence_names_the_method_parameter_that_caused_it(make_config):
+    """A huge FedPAC lambda, not lr, makes the loss infinite: the message names it."""
+    cfg = make_config(method="fedpac", method_params={"lam": 1e30}, rounds=3)
+    with pytest.raises(DivergenceError) as err:
+        run(cfg)
+    message = str(err.value)
+    assert "round 2" in message and "not finite" in message
+    assert "method_params.lam=1e+30" in message and "lr=0.05" in message and "weight_decay=" in message
+    assert message.endswith(".") and ". " not in message
+
+
+def test_method_failures_are_totalled_and_warned_about(make_config, monkeypatch):
+    """FedPAC counts QP solves that fail; when every solve fails the run still finishes,
+    with a warning, the total in summary.json and a status that says so."""
+    import pflcore.algorithms.fedpac as fedpac
+    from pflcore.engine.simulation import MethodFailureWarning
+
+    monkeypatch.setattr(fedpac.FedPAC, "failure_counters", ("qp_failures",), raising=False)
+    ok = run(make_config(method="fedpac", rounds=2, name="ok"))
+    assert ok.summary["qp_failures_total"] == 0 and ok.summary["status"] == "finished"
+
+    def no_solution(*args, **kwargs):
+        raise RuntimeError("QP status infeasible")
+
+    monkeypatch.setattr(fedpac, "combination_weights", no_solution)
+    with pytest.warns(MethodFailureWarning, match="qp_failures 8 in 2 of 2 rounds") as caught:
+        result = run(make_config(method="fedpac", rounds=2, name="failing"))
+    message = str(caught[0].message)
+    assert message.endswith(".") and ". " not in message
+    assert [h["qp_failures"] for h in result.history] == [4, 4]
+    summary = json.loads((result.path / "summary.json").read_text())
+    assert summary["qp_failures_total"] == 8 and summary["status"] == "finished with failures"
+
+
+def test_no_local_epochs_reports_no_training_loss(make_config):
+    """local_epochs = 0 trains nothing: the loss is NaN, not 0.0 as if training had happened."""
+    result = run(make_config(local_epochs=0, rounds=2))
+    assert all(np.isnan(h["train_loss"]) for h in result.history)
+    assert np.isnan(result.summary["final_train_loss"])
+    assert np.isnan(RunResult.load(result.path).summary["final_train_loss"])
+
+
 def test_schedule_is_fixed_by_the_seed():
     kw = dict(num_clients=100, rounds=10, participation=0.3, seed=3)
     a = [participants(r, **kw) for r in range(10)]

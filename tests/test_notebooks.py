@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pflcore.notebooks import PRESETS, discover, params_path, project_root, run_notebooks
+from pflcore.notebooks import PRESETS, PresetError, discover, params_path, project_root, run_notebooks
 
 ROOT = project_root(Path(__file__).parent)
 NOTEBOOKS = discover(ROOT)
@@ -57,3 +57,67 @@ def test_smoke_preset_executes_every_notebook(tmp_path):
     assert list((tmp_path / "figures").rglob("*.png")), "the notebooks wrote no figure"
     summary = json.loads((tmp_path / "out" / "smoke" / "summary.json").read_text())
     assert {s["notebook"] for s in summary} == {str(p.relative_to(ROOT)) for p in NOTEBOOKS}
+
+
+def refuse_execution(monkeypatch):
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a notebook was executed"))
+
+
+@pytest.mark.parametrize("preset", ["nosuch", "../../x", "a/b", "..", "", "smoke.yaml"])
+def test_unknown_or_illegal_preset_fails_before_anything_runs(tmp_path, monkeypatch, preset):
+    refuse_execution(monkeypatch)
+    out = tmp_path / "deep" / "out"
+    with pytest.raises(PresetError) as err:
+        run_notebooks(preset, out=out, root=ROOT, log=lambda *_: None)
+    message = str(err.value)
+    assert "paper" in message and "smoke" in message
+    assert message.endswith(".") and ". " not in message
+    assert isinstance(err.value, FileNotFoundError) and isinstance(err.value, ValueError)
+    assert not any(tmp_path.rglob("*")), "something was written"
+
+
+def test_cli_unknown_preset_exits_2(tmp_path, monkeypatch, capsys):
+    from pflcore.cli import main
+
+    refuse_execution(monkeypatch)
+    monkeypatch.chdir(ROOT)
+    assert main(["notebooks", "--preset", "nosuch", "--out", str(tmp_path / "out")]) == 2
+    assert "no preset 'nosuch'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def small_project(tmp_path):
+    """Two notebooks: ``a`` has only a smoke preset, ``b`` only a paper one."""
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    for name in ("00_a", "01_b"):
+        (root / "notebooks" / f"{name}.ipynb").write_text("{}")
+    (root / "params" / "a").mkdir(parents=True)
+    (root / "params" / "a" / "smoke.yaml").write_text("x: 1\n")
+    (root / "params" / "b").mkdir(parents=True)
+    (root / "params" / "b" / "paper.yaml").write_text("x: 2\n")
+    return root
+
+
+def test_summary_line_counts_only_notebooks_that_ran(small_project, tmp_path, monkeypatch):
+    import papermill
+
+    executed = []
+
+    def fake_execute(source, target, **kwargs):
+        executed.append(Path(source).name)
+        Path(target).write_text("{}")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    lines = []
+    runs = run_notebooks("smoke", out=tmp_path / "out", root=small_project, log=lines.append)
+    assert executed == ["00_a.ipynb"]
+    assert [r.status for r in runs] == ["ok", "no preset"]
+    assert lines[-1].startswith("1 of 1 notebooks ran without error"), lines[-1]
+    assert "1 skipped" in lines[-1]
+    with pytest.raises(PresetError, match="none of the 1 selected"):
+        run_notebooks("paper", out=tmp_path / "out2", root=small_project, only=["00_a"], log=lines.append)
+    assert not (tmp_path / "out2").exists()

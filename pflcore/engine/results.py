@@ -9,34 +9,71 @@ Layout of ``<output_dir>/<run name>/``:
 - ``summary.json``    written last: its presence means the run finished
 - ``checkpoint.pt``   while running (every ``checkpoint_every`` rounds); removed at the end
 - ``arrays/``         per-round arrays a method reports (e.g. FedPAC's weight matrices)
+- ``.pflcore.lock``   while a process runs the experiment (an exclusive ``flock``)
+
+Only the process holding the lock writes; a finished run is read without it.
 """
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import pickle
 import shutil
 import tempfile
+import time
+import warnings
+import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 from ..config import ExperimentConfig
 
+LOCK_NAME = ".pflcore.lock"
+PROBE_PREFIX = ".pflcore-probe-"  # a folder made and removed at once, to see whether we may write
+LOCK_WAIT_SECONDS = 2.0  # how long acquiring waits out another process's brief in-use check
+
+
+class ResultsError(ValueError):
+    """A results directory or a file in it cannot be used; the message is one sentence."""
+
+
+class ResultsInUseError(ResultsError):
+    """Another live process holds the results directory's lock."""
+
 
 class ResultsConflictError(FileExistsError):
     """The results directory holds a different experiment."""
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it (Linux: /proc/self/status)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but brief)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    """Write ``data`` to ``path`` through a temporary file and a rename; the file gets the
+    permissions of any file the user creates (0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -70,6 +107,20 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _damaged(path: Path, what: str = "is damaged") -> ResultsError:
+    folder = path.parent
+    return ResultsError(f"results file {path} {what}; delete the folder {folder} (or pass overwrite=True / "
+                        f"--overwrite) to run the experiment again.")
+
+
+def read_json(path: Path) -> Any:
+    """A results file's JSON; one sentence naming the file if it is not valid JSON."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise _damaged(path, "is damaged (not valid JSON)") from None
 
 
 @dataclass
@@ -110,41 +161,247 @@ class RunResult:
 
     @classmethod
     def load(cls, path: str | Path) -> "RunResult":
+        """Read a finished run; a damaged file is named in one sentence (:class:`ResultsError`)."""
         path = Path(path)
-        summary = json.loads((path / "summary.json").read_text())
-        config = ExperimentConfig.from_dict(json.loads((path / "config.json").read_text())["config"])
-        history = json.loads((path / "metrics.json").read_text())
-        with np.load(path / "clients.npz") as z:
-            return cls(config, summary, history, z["final"], z["eval_rounds"], z["history"], path)
+        summary = read_json(path / "summary.json")
+        if not isinstance(summary, dict):
+            raise _damaged(path / "summary.json", "is not a pflcore run summary")
+        config = _recorded_config(path / "config.json")
+        history = read_json(path / "metrics.json")
+        if not isinstance(history, list):
+            raise _damaged(path / "metrics.json", "is not a pflcore list of round records")
+        clients = path / "clients.npz"
+        try:
+            with np.load(clients) as z:
+                arrays = z["final"], z["eval_rounds"], z["history"]
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError):
+            raise _damaged(clients, "is damaged or not a pflcore clients file") from None
+        return cls(config, summary, history, *arrays, path)
+
+
+def _recorded_config(path: Path) -> ExperimentConfig:
+    record = read_json(path)
+    try:
+        return ExperimentConfig.from_dict(record["config"])
+    except (TypeError, KeyError, ValueError):
+        raise _damaged(path, "does not hold a config this pflcore can read") from None
 
 
 class RunDirectory:
-    """The on-disk home of one run: decides skip / resume / start, and writes atomically."""
+    """The on-disk home of one run: decides skip / resume / start, and writes atomically.
+
+    Creating one writes nothing: it checks that results can go where the config says and
+    that the folder holds this experiment (or nothing). :meth:`lock` then takes the
+    folder for this process while it writes; ``overwrite`` empties it only then.
+    """
 
     def __init__(self, config: ExperimentConfig, overwrite: bool = False):
         self.config = config
+        self.overwrite = overwrite
+        self._check_location()
         self.path = Path(config.output_dir) / config.run_name()
         self.fingerprint = config.fingerprint()
+        self._lock_fd: int | None = None
+        self._created: list[Path] = []
+        self._check_contents()
+        if not self.finished:
+            holder = self._holder()
+            if holder is not None:
+                raise self._in_use(holder)
+            self._check_writable()
+
+    # -- checks (nothing written) -----------------------------------------------------
+    def _check_location(self) -> None:
+        """One sentence if results cannot go to ``output_dir / run name``: no path, a file
+        in the way, a folder name longer than the filesystem allows."""
+        out = self.config.output_dir
+        if not isinstance(out, (str, os.PathLike)) or not str(out).strip():
+            raise ResultsError(f"output_dir = {out!r} is not a folder path; give one, for example 'results'.")
+        target = Path(out) / self.config.run_name()
+        parts = target.absolute().parts
+        current, exists = Path(parts[0]), True  # the deepest folder that exists so far
+        for i, part in enumerate(parts[1:], start=1):
+            last = i == len(parts) - 1
+            limit = _name_max(current)
+            size = len(os.fsencode(part))
+            if size > limit:
+                shown = _short(part)
+                if last:
+                    raise ResultsError(f"the run name {shown!r} is {size} bytes long but the filesystem of {current} "
+                                       f"allows at most {limit} for a folder name; choose a shorter name.")
+                raise ResultsError(f"output_dir has a folder name {shown!r} of {size} bytes but the filesystem of "
+                                   f"{current} allows at most {limit}; choose a shorter output_dir.")
+            if not exists:
+                continue
+            nxt = current / part
+            if os.path.isdir(nxt):
+                current = nxt
+            elif os.path.lexists(nxt):
+                what = "a file, not a folder" if os.path.exists(nxt) else "a broken symbolic link"
+                if last:
+                    raise ResultsError(f"results directory {target} is {what}; remove it or choose another "
+                                       "name or output_dir.")
+                raise ResultsError(f"output_dir {_short(str(out))!r} cannot hold results because {nxt} is {what}; "
+                                   "choose another output_dir.")
+            else:
+                exists = False  # the rest is to be created, on the filesystem of ``current``
+        self._deepest_existing = current
+
+    def _check_writable(self) -> None:
+        """Try to create (and remove) a folder where the run's first folder would go:
+        permission bits do not say what root, read-only mounts or quotas allow."""
+        where = self._deepest_existing
+        try:
+            probe = tempfile.mkdtemp(prefix=PROBE_PREFIX, dir=where)
+            os.rmdir(probe)
+        except OSError as exc:
+            reason = (exc.strerror or type(exc).__name__).lower()
+            raise ResultsError(f"cannot write results in {where} ({reason}); choose another output_dir or make "
+                               "that folder writable.") from None
+
+    def _check_contents(self) -> None:
+        """Refuse a folder that holds another experiment or something that is not a run."""
+        if self.overwrite or not self.path.is_dir():
+            return
         config_file = self.path / "config.json"
-        if overwrite and self.path.exists():
-            shutil.rmtree(self.path)
-        elif config_file.exists():
-            recorded = json.loads(config_file.read_text()).get("fingerprint")
+        if config_file.exists():
+            record = read_json(config_file)
+            recorded = record.get("fingerprint") if isinstance(record, dict) else None
+            if recorded is None:
+                raise _damaged(config_file, "is not a pflcore run config")
             if recorded != self.fingerprint:
                 raise ResultsConflictError(
                     f"results directory {self.path} holds a different experiment (fingerprint {recorded}, "
                     f"this config {self.fingerprint}); choose another name or output_dir, or pass overwrite=True.")
-        elif self.path.exists() and any(self.path.iterdir()):
+        elif any(p.name != LOCK_NAME and not _is_temp(p) and not p.name.startswith(PROBE_PREFIX)
+                 for p in self.path.iterdir()):
             raise ResultsConflictError(f"results directory {self.path} exists but is not a pflcore run; "
                                        "choose another name or output_dir.")
 
-        if self.path.exists():  # remove temporary files of a write interrupted by a kill
-            for stale in self.path.rglob(".*.tmp"):
-                stale.unlink(missing_ok=True)
+    # -- the lock ---------------------------------------------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK_NAME
 
+    def _holder(self) -> str | None:
+        """The pid (as text, or "unknown") of a live process holding the lock, else None."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read_pid(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def _in_use(self, holder: str) -> ResultsInUseError:
+        return ResultsInUseError(f"results directory {self.path} is in use by another process (pid {holder}); "
+                                 "wait for it to finish or choose another name or output_dir.")
+
+    @contextmanager
+    def lock(self) -> Iterator["RunDirectory"]:
+        """Hold the folder for this process (an exclusive ``flock`` on ``.pflcore.lock``)
+        while the body writes; another process is refused with one sentence. With the lock
+        held, temporary files of an interrupted write are removed (no other process can own
+        them) and ``overwrite`` empties the folder. On release the lock file goes, and so do
+        the folders this call created if nothing was written in them."""
+        self._acquire()
+        try:
+            yield self
+        finally:
+            self._release()
+
+    def _acquire(self) -> None:
+        if self._lock_fd is not None:
+            raise RuntimeError(f"{self.path} is already locked by this RunDirectory.")
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            self._make_folders()
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except FileNotFoundError:  # a releasing process removed the folder just now
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_pid(fd)
+                os.close(fd)
+                if time.monotonic() < deadline:  # maybe only another process's in-use check
+                    time.sleep(0.05)
+                    continue
+                self._remove_created()
+                raise self._in_use(holder) from None
+            try:  # the file we locked must still be the lock file (a releaser unlinks it)
+                same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self._lock_fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            for stale in self.path.rglob(".*.tmp"):  # no live process owns them now
+                stale.unlink(missing_ok=True)
+            if self.overwrite:
+                for entry in self.path.iterdir():
+                    if entry.name == LOCK_NAME:
+                        continue
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+                self.overwrite = False
+            else:
+                self._check_contents()  # another process may have started this folder meanwhile
+        except BaseException:
+            self._release()
+            raise
+
+    def _make_folders(self) -> None:
+        missing = []
+        folder = self.path
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            self._created.append(folder)
+
+    def _release(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is None:
+            return
+        try:
+            self.lock_path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+        self._remove_created()
+
+    def _remove_created(self) -> None:
+        """Remove the folders this process created, if they are still empty."""
+        for folder in reversed(self._created):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self._created = []
+
+    # -- reading and writing ----------------------------------------------------------
     @property
     def finished(self) -> bool:
-        return (self.path / "summary.json").exists()
+        return not self.overwrite and (self.path / "summary.json").exists()
 
     @property
     def checkpoint_path(self) -> Path:
@@ -155,9 +412,22 @@ class RunDirectory:
                           {"fingerprint": self.fingerprint, "config": self.config.to_dict()})
 
     def load_checkpoint(self) -> dict | None:
+        """The checkpoint of this experiment, or None; a file that is not one (damaged,
+        foreign) is refused with one sentence, and nothing in it is executed."""
         if not self.checkpoint_path.exists():
             return None
-        ckpt = torch.load(self.checkpoint_path, weights_only=True)
+        try:
+            with warnings.catch_warnings():  # torch's notes on a foreign file's pickle protocol
+                warnings.simplefilter("ignore")
+                ckpt = torch.load(self.checkpoint_path, weights_only=True)
+        except FileNotFoundError:
+            raise
+        except Exception:  # weights_only: a damaged file or one that would run code fails to load
+            ckpt = None
+        if not isinstance(ckpt, dict):
+            raise ResultsError(f"{self.checkpoint_path} is not a pflcore checkpoint or is damaged; delete it to "
+                               f"restart this run from round 1, or delete the folder {self.path} "
+                               "(or pass overwrite=True / --overwrite) to start over.")
         return ckpt if ckpt.get("fingerprint") == self.fingerprint else None
 
     def save_checkpoint(self, ckpt: dict) -> None:
@@ -179,3 +449,27 @@ class RunDirectory:
         atomic_save_npz(self.path / "clients.npz", **client_arrays)
         atomic_write_json(self.path / "summary.json", result.summary)
         self.checkpoint_path.unlink(missing_ok=True)
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) the filesystem of ``folder`` allows."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def _short(text: str, keep: int = 40) -> str:
+    return text if len(text) <= keep else text[:keep] + "\u2026"
+
+
+def _is_temp(path: Path) -> bool:
+    return path.name.startswith(".") and path.name.endswith(".tmp")
+
+
+def _read_pid(fd: int) -> str:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return text if text.isdigit() else "unknown"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -34,6 +35,10 @@ from .schedule import participants
 
 class DivergenceError(RuntimeError):
     """Training produced a non-finite loss; the run stopped and kept what it wrote."""
+
+
+class MethodFailureWarning(UserWarning):
+    """A method counted failures of its own (e.g. FedPAC's QP solves) during a run."""
 
 
 def build_data(config: ExperimentConfig) -> FederatedData:
@@ -105,7 +110,8 @@ class Simulation:
             updates[job.client_id] = result.output
             if result.state:
                 self.client_states[job.client_id] = result.state
-        losses = [float(u["loss"]) for u in updates.values() if "loss" in u]
+        # With local_epochs = 0 no training step ran, so there is no training loss to report.
+        losses = [float(u["loss"]) for u in updates.values() if "loss" in u] if self.config.local_epochs > 0 else []
         record: dict[str, Any] = {"round": round_index + 1, "participants": ids,
                                   "train_loss": float(np.mean(losses)) if losses else float("nan")}
         if failed:
@@ -115,10 +121,23 @@ class Simulation:
             return record
         bad = [cid for cid, u in updates.items() if "loss" in u and not math.isfinite(float(u["loss"]))]
         if bad:
-            raise DivergenceError(f"round {round_index + 1}: the training loss of client(s) {bad} is not finite "
-                                  f"(lr={self.config.lr} may be too high); the run stopped, results so far are kept.")
+            raise DivergenceError(f"round {round_index + 1}: the training loss of client(s) {bad} is not finite; "
+                                  f"the values that scale training here are {', '.join(self.scaling_values())}: "
+                                  "lower the one that is too large (the run stopped and results so far are kept).")
         self.state = self.algorithm.aggregate(self.state, updates)
         return record
+
+    def scaling_values(self) -> list[str]:
+        """``name=value`` of the settings that scale local training: lr, weight_decay,
+        momentum, and the method's numeric parameters that differ from their defaults."""
+        c = self.config
+        values = [f"lr={c.lr!r}", f"weight_decay={c.weight_decay!r}", f"momentum={c.momentum!r}"]
+        params = getattr(self.algorithm, "params", None) or dict(c.method_params)
+        defaults = getattr(self.algorithm, "defaults", {})
+        for key, value in sorted(params.items()):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value != defaults.get(key):
+                values.append(f"method_params.{key}={value!r}")
+        return values
 
     def evaluate(self, round_index: int) -> np.ndarray:
         """Per-client test accuracy of each client's predictor (the one evaluation).
@@ -161,26 +180,32 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
     ``on_round_end(round_number, record)`` is called after each round is recorded (and
     checkpointed, when due); raising from it stops the run like a kill would.
     ``executor`` replaces the one ``config.workers`` asks for (e.g. Flower's, see
-    :mod:`pflcore.flower`); its owner closes it.
+    :mod:`pflcore.flower`); its owner closes it. While it writes, the run holds its results
+    directory: another process starting the same run is refused (``ResultsInUseError``).
     """
     if isinstance(config, dict):
         config = ExperimentConfig.from_dict(config)
     config.validate()
-    rundir = RunDirectory(config, overwrite=overwrite)
+    rundir = RunDirectory(config, overwrite=overwrite)  # checks where results go; writes nothing
     if rundir.finished:
         return RunResult.load(rundir.path)
 
     data = build_data(config)
     sim = Simulation(config, data)
-    if executor is not None:
-        sim.executor = executor
-    else:
-        sim.use_workers(config.workers)
-    try:
-        return _run_rounds(sim, rundir, on_round_end)
-    finally:
-        if executor is None:
-            sim.close()
+    # The folder is this process's from here on (another starter is refused); it is
+    # created only now, so a run that fails to load its data leaves nothing behind.
+    with rundir.lock():
+        if rundir.finished:  # another process finished it while the data loaded
+            return RunResult.load(rundir.path)
+        if executor is not None:
+            sim.executor = executor
+        else:
+            sim.use_workers(config.workers)
+        try:
+            return _run_rounds(sim, rundir, on_round_end)
+        finally:
+            if executor is None:
+                sim.close()
 
 
 def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None) -> RunResult:
@@ -228,11 +253,13 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         if on_round_end is not None:
             on_round_end(r + 1, record)
 
-    return _result(config, history, acc_history, eval_rounds, seconds, data, rundir)
+    return _result(config, history, acc_history, eval_rounds, seconds, data, rundir,
+                   getattr(sim.algorithm, "failure_counters", ()))
 
 
 def _result(config: ExperimentConfig, history: list[dict], acc_history: list[list[float]],
-            eval_rounds: list[int], seconds: float, data: FederatedData, rundir: RunDirectory) -> RunResult:
+            eval_rounds: list[int], seconds: float, data: FederatedData, rundir: RunDirectory,
+            failure_counters: Iterable[str] = ()) -> RunResult:
     accs = np.asarray(acc_history, dtype=np.float64)
     means = np.array([h["acc_mean"] for h in history if "acc_mean" in h])
     best = int(np.nanargmax(means))
@@ -244,6 +271,19 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
         "final_train_loss": last["train_loss"], "rounds": config.rounds, "seconds": seconds,
         "status": "finished",
     }
+    failures = []
+    for name in failure_counters:  # numbers the method reports that count its own failures
+        per_round = [float(h.get(name, 0) or 0) for h in history]
+        total = sum(per_round)
+        summary[f"{name}_total"] = int(total) if float(total).is_integer() else total
+        if total:
+            failures.append(f"{name} {summary[f'{name}_total']} in {sum(v != 0 for v in per_round)} "
+                            f"of {len(history)} rounds")
+    if failures:
+        summary["status"] = "finished with failures"
+        warnings.warn(f"{config.method} counted failures of its own ({', '.join(failures)}), so these results "
+                      f"are not those of the method as specified; summary.json in {rundir.path} records the totals.",
+                      MethodFailureWarning, stacklevel=4)
     result = RunResult(config, summary, history, accs[-1], np.asarray(eval_rounds), accs, rundir.path)
     rundir.finish(result, {"final": accs[-1], "best": accs[best], "history": accs,
                            "eval_rounds": np.asarray(eval_rounds), "train_sizes": data.train_sizes,
