@@ -1,16 +1,18 @@
 """The shared local-training primitives every method goes through.
 
-Speed is won here (``../shared/design/performance.md``): data is a tensor, each epoch's
-shuffled order is gathered once and batches are slices, the optimizer step is foreach SGD
-without torch.optim bookkeeping (:class:`SGDStep`),
-and the loss is accumulated on the device (one ``.item()`` per call, none per step).
+Speed is won here: data is a tensor, each epoch's shuffled order is gathered once and
+batches are slices (:func:`shuffled_batches`), the optimizer step is foreach SGD without
+torch.optim bookkeeping (:class:`SGDStep`), and the loss is accumulated on the device (one
+``.item()`` per call, none per step). A method with its own inner loop uses the same
+batches and step, so it is as fast and as reproducible as :func:`sgd_train`.
 Randomness comes only from the generator passed in, so a client's work is a pure
 function of (weights, data, generator).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, ContextManager, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -41,7 +43,9 @@ def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
 # round and client), so no draw for one purpose can shift another's.
 TRAIN_KEY = 11  # a client's local training (its batch order), per round and client
 EVAL_KEY = 12   # building a client's predictor for evaluation, per round and client
-INIT_KEY = 13   # the initial model's weights
+INIT_KEY = 13   # the initial model's weights (and a method's other initial server-side weights)
+COLLECT_KEY = 14  # a client's statistics for a collect phase, per round and client
+SERVER_KEY = 15   # the server's own draws (ServerContext.generator), per round
 
 
 def derive_seed(seed: int, *keys: int) -> int:
@@ -57,48 +61,69 @@ def generator_for(seed: int, *keys: int, device: str | torch.device = "cpu") -> 
     return g
 
 
+def shuffled_batches(x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: int,
+                     generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The mini-batches of ``epochs`` passes over (x, y): each epoch visits every sample once
+    in an order drawn from ``generator`` (one ``randperm`` per epoch, gathered once, batches
+    are slices; the last batch may be smaller). :func:`sgd_train` trains on exactly these."""
+    n = int(y.shape[0])
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator, device=generator.device).to(x.device)
+        xs, ys = x[order], y[order]
+        for start in range(0, n, batch_size):
+            yield xs[start:start + batch_size], ys[start:start + batch_size]
+
+
+def precision_context(settings: TrainSettings, device: torch.device) -> ContextManager:
+    """The forward/backward context of local training: bfloat16 autocast when the settings
+    ask for it, else nothing."""
+    if settings.precision == "bfloat16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor, y: torch.Tensor,
               settings: TrainSettings, generator: torch.Generator, loss_fn: LossFn = cross_entropy) -> float:
-    """Train ``params`` of ``model`` with mini-batch SGD for ``settings.epochs`` epochs.
+    """Train ``params`` of ``model`` with mini-batch SGD for ``settings.epochs`` epochs on the
+    batches of :func:`shuffled_batches`, stepping with :class:`SGDStep`.
 
     Parameters of ``model`` that are not in ``params`` are frozen for the call (no
-    gradient is computed for them) and restored afterwards. Each epoch visits every
-    sample once in an order drawn from ``generator``; the last batch may be smaller.
-    Returns the mean loss over all steps (NaN if training diverged).
+    gradient is computed for them) and restored afterwards. Returns the mean loss over all
+    steps (NaN if training diverged; 0.0 if no step ran).
     """
     params = list(params)
     n = int(y.shape[0])
     if settings.epochs == 0 or n == 0 or not params:
         return 0.0
+    step = SGDStep(params, settings)
+    total = torch.zeros((), device=x.device)
+    steps = 0
+    with only_training(model, params):
+        for xb, yb in shuffled_batches(x, y, settings.epochs, settings.batch_size, generator):
+            with precision_context(settings, x.device):
+                loss = loss_fn(model, xb, yb)
+            step(loss)
+            total += loss.detach()
+            steps += 1
+    return float(total.item()) / steps
+
+
+@contextlib.contextmanager
+def only_training(model: nn.Module, params: Iterable[nn.Parameter]) -> Iterator[None]:
+    """``model`` in training mode with gradients for ``params`` only; everything restored
+    on exit."""
     trainable = {id(p) for p in params}
     saved = [(p, p.requires_grad) for p in model.parameters()]
     for p, _ in saved:
         p.requires_grad_(id(p) in trainable)
     was_training = model.training
     model.train()
-    step = SGDStep(params, settings)
-    total = torch.zeros((), device=x.device)
-    steps = 0
-    bs = settings.batch_size
-    low_precision = settings.precision == "bfloat16"
     try:
-        for _ in range(settings.epochs):
-            order = torch.randperm(n, generator=generator, device=generator.device).to(x.device)
-            xs, ys = x[order], y[order]
-            for start in range(0, n, bs):
-                if low_precision:
-                    with torch.autocast(x.device.type, dtype=torch.bfloat16):
-                        loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
-                else:
-                    loss = loss_fn(model, xs[start:start + bs], ys[start:start + bs])
-                step(loss)
-                total += loss.detach()
-                steps += 1
+        yield
     finally:
         for p, flag in saved:
             p.requires_grad_(flag)
         model.train(was_training)
-    return float(total.item()) / steps
 
 
 class SGDStep:

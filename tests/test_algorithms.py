@@ -37,7 +37,7 @@ def test_fedavg_aggregates_by_train_size(make_config):
                for c in ids}
     sizes = {c: updates[c]["num_samples"] for c in ids}
     assert len(set(sizes.values())) > 1
-    state = sim.algorithm.aggregate(sim.state, updates)
+    state = sim.algorithm.aggregate(sim.state, updates, sim.server_context(0))
     for key in state["model"]:
         expected = sum(sizes[c] * updates[c]["model"][key].double() for c in ids) / sum(sizes.values())
         torch.testing.assert_close(state["model"][key], expected.float())

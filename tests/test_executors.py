@@ -16,8 +16,9 @@ import torch
 from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data
 from pflcore.engine import executors
-from pflcore.engine.executors import (EVALUATE, TRAIN, ClientJob, ClientResult, InProcess, WorkerError,
-                                      WorkerPool, _pack, _split, _unpack, available_cores, resolve_workers)
+from pflcore.engine.executors import (InProcess, WorkerError, WorkerPool, _pack, _split, _unpack, available_cores,
+                                      resolve_workers)
+from pflcore.engine.jobs import EVALUATE, TRAIN, ClientJob, ClientResult
 from pflcore.engine.simulation import run
 
 
@@ -91,7 +92,7 @@ def test_a_failing_client_is_left_out_and_recorded(make_config):
     # The aggregate is FedAvg over the three clients that answered.
     updates = {c: alone.worker.run(ClientJob(TRAIN, c, 0, alone.algorithm.payload(alone.state, c))).output
                for c in (0, 2, 3)}
-    expected = alone.algorithm.aggregate(alone.state, updates)["model"]
+    expected = alone.algorithm.aggregate(alone.state, updates, alone.server_context(0))["model"]
     assert all(torch.equal(expected[k], sim.state["model"][k]) for k in expected)
 
 
@@ -179,7 +180,8 @@ from pathlib import Path
 from slow_method import SlowFedAvg
 from pflcore.config import ExperimentConfig
 from pflcore.engine import Simulation, build_data, executors
-from pflcore.engine.executors import EVALUATE, TRAIN, ClientJob, WorkerPool
+from pflcore.engine.executors import WorkerPool
+from pflcore.engine.jobs import EVALUATE, TRAIN, ClientJob
 
 out, mode = Path(sys.argv[1]), sys.argv[2]
 cfg = ExperimentConfig.from_dict(dict(method="fedavg", dataset="digits", model="mlp", num_clients=4, rounds=1,

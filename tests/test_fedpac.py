@@ -90,7 +90,7 @@ def test_centroid_aggregation_by_hand():
              "has_centroid": torch.tensor([False, True, False]), "weights": torch.zeros(0, 0), "qp_failures": 0}
     u0 = fake_update([1, 3, 0], [[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]], 0.0)
     u1 = fake_update([3, 1, 0], [[5.0, 1.0], [6.0, 4.0], [0.0, 0.0]], 1.0)
-    new = algo.aggregate(state, {0: u0, 1: u1})
+    new = algo.aggregate(state, {0: u0, 1: u1}, None)  # FedPAC's server needs no context
     torch.testing.assert_close(new["centroids"][0], torch.tensor([(1 + 15) / 4, (1 + 3) / 4]))
     torch.testing.assert_close(new["centroids"][1], torch.tensor([(6 + 6) / 4, (0 + 4) / 4]))
     torch.testing.assert_close(new["centroids"][2], torch.tensor([7.0, 7.0]))   # held by nobody: kept
@@ -104,7 +104,7 @@ def test_failed_solve_falls_back_to_own_head_and_is_counted(monkeypatch):
     state = {"body": {"w": torch.zeros(1)}, "init_head": {}, "heads": {}, "centroids": torch.zeros(3, 2),
              "has_centroid": torch.zeros(3, dtype=torch.bool), "weights": torch.zeros(0, 0), "qp_failures": 0}
     new = algo.aggregate(state, {0: fake_update([1, 1, 1], [[0.0, 0.0]] * 3, 0.0),
-                                 2: fake_update([1, 1, 1], [[0.0, 0.0]] * 3, 1.0)})
+                                 2: fake_update([1, 1, 1], [[0.0, 0.0]] * 3, 1.0)}, None)
     assert new["qp_failures"] == 2
     assert torch.equal(new["heads"][2]["weight"], torch.ones(3, 2))
     torch.testing.assert_close(new["weights"], torch.eye(2))

@@ -31,7 +31,7 @@ flwr = pytest.importorskip("flwr", reason="the Flower extra is not installed (pi
 
 import pflcore  # noqa: E402
 from pflcore import ExperimentConfig  # noqa: E402
-from pflcore.engine.executors import EVALUATE, TRAIN, ClientJob  # noqa: E402
+from pflcore.engine.jobs import EVALUATE, TRAIN, ClientJob  # noqa: E402
 from pflcore.engine.simulation import Simulation, build_data  # noqa: E402
 from pflcore.flower import (ClientsFailed, CodecError, GridExecutor, assign_clients, decode, encode,  # noqa: E402
                             simulate)

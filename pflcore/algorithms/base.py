@@ -1,32 +1,43 @@
 """The Algorithm protocol and the few helpers all methods share.
 
-A method is five functions over plain dicts (ARCHITECTURE.md):
+A method is a few functions over plain dicts:
 
 - ``init(model, info) -> server_state``
-- ``payload(server_state, client_id) -> payload``: what the server sends that client
+- ``payload(server_state, client_id, purpose) -> payload``: what the server sends that
+  client for a job of kind ``purpose`` (``"train"``, ``"evaluate"`` or ``"collect"``)
 - ``local_update(payload, client) -> update``: the client's work; ``client`` is a
-  :class:`Client` (its data, persistent personal state, a seeded generator, a scratch
-  model and the training primitives)
-- ``aggregate(server_state, {client_id: update}) -> server_state``
+  :class:`Client` (its data, persistent personal state, seeded generators, a scratch
+  model, the method's extra modules and the training building blocks)
+- ``aggregate(server_state, {client_id: update}, ctx) -> server_state``; ``ctx`` is a
+  :class:`ServerContext` (round, seeded server generator, device, federation, settings,
+  a scratch model)
 - ``predictor(payload, client) -> model``: what that client uses for inference, built
-  from what the server would send it now (``payload(server_state, client_id)``) and
-  its personal state, so it can be built wherever the client runs (a worker process, a
-  Flower node); the engine's one evaluation scores it on the client's test split.
+  from what the server would send it now and its personal state, so it can be built
+  wherever the client runs (a worker process, a Flower node); the engine's one evaluation
+  scores it on the client's test split.
+
+Optional: ``client_modules(model)`` declares extra per-client modules (a second model, a
+frozen copy, a projection head), built once wherever the client runs; a collect phase
+(``collects`` / ``collect`` / ``absorb``) gathers statistics from every client after a
+round's aggregation (CCVR).
 
 Payloads, updates and states are dicts of tensors, numbers, strings and lists (nested
 dicts allowed), so the same method runs in-process, in worker processes and on Flower.
-Methods never see the engine, the backends or the test data.
+State lives only in the server state and the clients' states: a method object holds its
+hyperparameters and scratch space, nothing that must survive a round. Methods never see
+the engine, the backends or the test data.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from ..models import SplitModel
-from ..training import LossFn, TrainSettings, compute_features, cross_entropy, sgd_train
+from ..training import (LossFn, SGDStep, TrainSettings, compute_features, cross_entropy, only_training,
+                        precision_context, sgd_train, shuffled_batches)
 from .hyperparams import Param, check_hyperparams
 
 Tensors = dict[str, torch.Tensor]
@@ -43,14 +54,37 @@ class FederationInfo:
     settings: TrainSettings
 
 
+TRAIN, EVALUATE, COLLECT = "train", "evaluate", "collect"  # the purposes of a payload (job kinds)
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """What the server side of a method may use when it aggregates: the round (0-based),
+    a generator seeded from the run seed and the round (the same draws on every resume),
+    the device, the federation, the clients' training settings and a scratch model of
+    the run's architecture (its weights on entry are arbitrary)."""
+
+    round: int
+    generator: torch.Generator
+    device: torch.device
+    info: FederationInfo
+    settings: TrainSettings
+    model: SplitModel
+
+
 @dataclass
 class Client:
-    """One client's view during ``local_update`` / ``predictor``.
+    """One client's view during ``local_update`` / ``predictor`` / ``collect``.
 
     ``state`` is the client's persistent personal state (a dict of tensors the engine
     stores between rounds and checkpoints; empty before the first participation).
-    ``model`` is a scratch model of the right architecture: load weights into it, train
-    it, return it; its weights on entry are arbitrary.
+    ``model`` is a scratch model of the right architecture and ``modules`` the method's
+    extra scratch modules (:meth:`Algorithm.client_modules`): load weights into them, train
+    them, return what matters; their weights on entry are arbitrary.
+
+    Training building blocks: :meth:`train` (the standard loop), and for a method's own
+    inner loop :meth:`batches` (the batches ``train`` would visit, in its order),
+    :meth:`sgd` (the same fast SGD step) and :meth:`precision` (the forward context).
     """
 
     id: int
@@ -62,23 +96,60 @@ class Client:
     generator: torch.Generator
     model: SplitModel
     settings: TrainSettings
+    modules: dict[str, nn.Module] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._generator_start = self.generator.get_state()
 
     @property
     def num_samples(self) -> int:
         return int(self.y.shape[0])
 
     def train(self, params: Iterable[nn.Parameter], *, model: nn.Module | None = None,
-              loss_fn: LossFn = cross_entropy, **overrides: Any) -> float:
+              loss_fn: LossFn = cross_entropy, generator: torch.Generator | None = None,
+              **overrides: Any) -> float:
         """SGD on this client's train data with the run's settings (``overrides`` replace
         epochs/lr/batch_size/momentum/weight_decay). Returns the mean loss."""
-        settings = self.settings if not overrides else TrainSettings(**{**self.settings.__dict__, **overrides})
         return sgd_train(model if model is not None else self.model, params, self.x, self.y,
-                         settings, self.generator, loss_fn)
+                         self.training_settings(**overrides), generator or self.generator, loss_fn)
 
     def train_head_on_features(self, head: nn.Module, features: torch.Tensor, **overrides: Any) -> float:
         """Train a head on fixed features: exactly head training with a frozen body, far cheaper."""
-        settings = TrainSettings(**{**self.settings.__dict__, **overrides})
-        return sgd_train(head, head.parameters(), features, self.y, settings, self.generator)
+        return sgd_train(head, head.parameters(), features, self.y, self.training_settings(**overrides),
+                         self.generator)
+
+    def training_settings(self, **overrides: Any) -> TrainSettings:
+        """The run's settings with some replaced (epochs, lr, batch_size, momentum, weight_decay)."""
+        return TrainSettings(**{**self.settings.__dict__, **overrides}) if overrides else self.settings
+
+    def batches(self, epochs: int | None = None, batch_size: int | None = None,
+                generator: torch.Generator | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The (x, y) mini-batches :meth:`train` visits: ``epochs`` shuffled passes (default:
+        the run's local epochs) drawn from this client's generator."""
+        s = self.settings
+        return shuffled_batches(self.x, self.y, s.epochs if epochs is None else epochs,
+                                batch_size or s.batch_size, generator or self.generator)
+
+    def sgd(self, params: Iterable[nn.Parameter], **overrides: Any) -> SGDStep:
+        """The fast SGD step (momentum, weight decay as torch's SGD) over ``params`` with the
+        run's settings (``overrides`` replace lr, momentum, weight_decay): ``step(loss)``."""
+        return SGDStep(list(params), self.training_settings(**overrides))
+
+    def precision(self):
+        """The context for a forward pass of local training (bfloat16 autocast if the run
+        asks for it)."""
+        return precision_context(self.settings, self.x.device)
+
+    def trainable(self, model: nn.Module, params: Iterable[nn.Parameter]):
+        """Context: ``model`` in training mode with gradients for ``params`` only."""
+        return only_training(model, list(params))
+
+    def fresh_generator(self) -> torch.Generator:
+        """A new generator in the state this client's generator had when the job started:
+        two models trained with the two see the same batches in the same order."""
+        g = torch.Generator(device=self.generator.device)
+        g.set_state(self._generator_start)
+        return g
 
     def features(self, model: SplitModel | None = None) -> torch.Tensor:
         return compute_features(model if model is not None else self.model, self.x)
@@ -123,23 +194,42 @@ class Algorithm:
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         raise NotImplementedError
 
-    def payload(self, state: dict, client_id: int) -> dict:
+    def payload(self, state: dict, client_id: int, purpose: str = TRAIN) -> dict:
         raise NotImplementedError
 
     def local_update(self, payload: dict, client: Client) -> dict:
         raise NotImplementedError
 
-    def aggregate(self, state: dict, updates: Mapping[int, dict]) -> dict:
+    def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         raise NotImplementedError
 
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         raise NotImplementedError
 
     # -- optional hooks ---------------------------------------------------------------
+    def client_modules(self, model: SplitModel) -> dict[str, nn.Module]:
+        """Extra scratch modules every client needs (``client.modules``), built once where
+        the client runs from the run's model (e.g. a second model: ``copy.deepcopy(model)``)."""
+        return {}
+
     def shared_predictor(self, state: dict, model: SplitModel) -> nn.Module | None:
         """If every client uses the same model, return it (evaluation then batches all
         clients' test data together); ``None`` for personalised predictors."""
         return None
+
+    def collects(self, round_index: int, rounds: int) -> bool:
+        """Whether a collect phase follows this round's aggregation: every client runs
+        :meth:`collect` on ``payload(state, id, "collect")`` and :meth:`absorb` folds the
+        results into the server state."""
+        return False
+
+    def collect(self, payload: dict, client: Client) -> dict:
+        """A client's statistics for the collect phase (it must not change ``client.state``)."""
+        raise NotImplementedError
+
+    def absorb(self, state: dict, collected: Mapping[int, dict], ctx: ServerContext) -> dict:
+        """The server state after a collect phase, from every answering client's statistics."""
+        raise NotImplementedError
 
     def report(self, state: dict) -> dict[str, Any]:
         """Per-round extras: numbers go to the round's metrics, tensors/arrays are saved

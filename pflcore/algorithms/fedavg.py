@@ -2,10 +2,13 @@
 epochs; the server averages the models weighted by train size n_i."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from torch import nn
 
 from ..models import SplitModel
-from .base import Algorithm, Client, FederationInfo, load, sample_weights, snapshot, weighted_average
+from .base import (TRAIN, Algorithm, Client, FederationInfo, ServerContext,
+                   load, sample_weights, snapshot, weighted_average)
 
 
 class FedAvg(Algorithm):
@@ -15,7 +18,7 @@ class FedAvg(Algorithm):
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         return {"model": snapshot(model)}
 
-    def payload(self, state: dict, client_id: int) -> dict:
+    def payload(self, state: dict, client_id: int, purpose: str = TRAIN) -> dict:
         return {"model": state["model"]}
 
     def local_update(self, payload: dict, client: Client) -> dict:
@@ -29,7 +32,7 @@ class FedAvg(Algorithm):
 
         return cross_entropy
 
-    def aggregate(self, state: dict, updates: dict) -> dict:
+    def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, weights = sample_weights(updates)
         return {**state, "model": weighted_average([updates[c]["model"] for c in ids], weights)}
 

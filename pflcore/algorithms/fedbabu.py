@@ -4,10 +4,13 @@ fine-tunes the head on its train data (``ft_epochs`` = 5, pFedFDA C.2) or, with
 ``ft_body=True``, the whole model."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from torch import nn
 
 from ..models import SplitModel
-from .base import Algorithm, Client, FederationInfo, Param, load, sample_weights, snapshot, weighted_average
+from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext,
+                   load, sample_weights, snapshot, weighted_average)
 
 
 class FedBABU(Algorithm):
@@ -19,7 +22,7 @@ class FedBABU(Algorithm):
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         return {"body": snapshot(model.body), "head": snapshot(model.head)}
 
-    def payload(self, state: dict, client_id: int) -> dict:
+    def payload(self, state: dict, client_id: int, purpose: str = TRAIN) -> dict:
         return {"body": state["body"], "head": state["head"]}
 
     def global_model(self, state_or_payload: dict, client: Client) -> SplitModel:
@@ -32,7 +35,7 @@ class FedBABU(Algorithm):
         loss = client.train(model.body.parameters())
         return {"body": snapshot(model.body), "num_samples": client.num_samples, "loss": loss}
 
-    def aggregate(self, state: dict, updates: dict) -> dict:
+    def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, weights = sample_weights(updates)
         return {**state, "body": weighted_average([updates[c]["body"] for c in ids], weights)}
 

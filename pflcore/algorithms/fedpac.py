@@ -14,7 +14,7 @@ covariance), and the personal head sum_j a_ij * head_j (section 4.2).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from .base import Algorithm, Client, FederationInfo, Param, load, sample_weights, snapshot, weighted_average
+from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext,
+                   load, sample_weights, snapshot, weighted_average)
 
 
 def feature_statistics(z: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, torch.Tensor]:
@@ -131,7 +132,7 @@ class FedPAC(Algorithm):
                 "weights": torch.zeros(0, 0), "weight_clients": torch.zeros(0, dtype=torch.long),
                 "qp_failures": 0}
 
-    def payload(self, state: dict, client_id: int) -> dict:
+    def payload(self, state: dict, client_id: int, purpose: str = TRAIN) -> dict:
         return {"body": state["body"], "head": state["heads"].get(client_id, state["init_head"]),
                 "centroids": state["centroids"], "has_centroid": state["has_centroid"]}
 
@@ -165,7 +166,7 @@ class FedPAC(Algorithm):
                 "loss": loss, "centroids": after["means"], "counts": after["counts"],
                 "h": stats["h"], "v": stats["v"]}
 
-    def aggregate(self, state: dict, updates: dict) -> dict:
+    def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, sizes = sample_weights(updates)
         counts = torch.stack([updates[c]["counts"] for c in ids])            # (m, C)
         cents = torch.stack([updates[c]["centroids"] for c in ids])          # (m, C, d)

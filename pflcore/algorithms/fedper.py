@@ -9,12 +9,13 @@ starts from the initial model's weights.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 from torch import nn
 
 from ..models import SplitModel
-from .base import Algorithm, Client, FederationInfo, load, sample_weights, snapshot, weighted_average
+from .base import (TRAIN, Algorithm, Client, FederationInfo, ServerContext,
+                   load, sample_weights, snapshot, weighted_average)
 
 
 class PartialSharing(Algorithm):
@@ -30,7 +31,7 @@ class PartialSharing(Algorithm):
         return {self.shared: snapshot(getattr(model, self.shared)),
                 f"init_{self.personal}": snapshot(getattr(model, self.personal))}
 
-    def payload(self, state: dict, client_id: int) -> dict:
+    def payload(self, state: dict, client_id: int, purpose: str = TRAIN) -> dict:
         return dict(state)
 
     def personal_model(self, state_or_payload: dict, client: Client) -> SplitModel:
@@ -51,7 +52,7 @@ class PartialSharing(Algorithm):
         client.state[self.personal] = snapshot(getattr(model, self.personal))
         return {self.shared: snapshot(getattr(model, self.shared)), "num_samples": client.num_samples, "loss": loss}
 
-    def aggregate(self, state: dict, updates: dict) -> dict:
+    def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, weights = sample_weights(updates)
         return {**state, self.shared: weighted_average([updates[c][self.shared] for c in ids], weights)}
 

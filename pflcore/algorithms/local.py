@@ -2,10 +2,12 @@
 Every client starts from the same seeded initial model (FedPAC Table 1, "Local-only")."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from torch import nn
 
 from ..models import SplitModel
-from .base import Algorithm, Client, FederationInfo, load, snapshot
+from .base import TRAIN, Algorithm, Client, FederationInfo, ServerContext, load, snapshot
 
 
 class Local(Algorithm):
@@ -15,7 +17,7 @@ class Local(Algorithm):
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         return {"init": snapshot(model)}
 
-    def payload(self, state: dict, client_id: int) -> dict:
+    def payload(self, state: dict, client_id: int, purpose: str = TRAIN) -> dict:
         return {"init": state["init"]}
 
     def local_update(self, payload: dict, client: Client) -> dict:
@@ -24,7 +26,7 @@ class Local(Algorithm):
         client.state["model"] = snapshot(model)
         return {"num_samples": client.num_samples, "loss": loss}
 
-    def aggregate(self, state: dict, updates: dict) -> dict:
+    def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         return state
 
     def predictor(self, payload: dict, client: Client) -> nn.Module:

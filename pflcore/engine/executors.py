@@ -1,20 +1,18 @@
 """Where the clients' work runs: in this process, or spread over worker processes.
 
-The engine hands an executor a list of :class:`ClientJob` s (train this client on this
-payload; or score this client's predictor on its test split) and gets back one
-:class:`ClientResult` per job, in order. Personal state travels with the job and comes
-back with the result, so an executor keeps nothing between calls: the engine owns the
-state, checkpoints it, and gets the same numbers whichever executor ran the work
-(performance.md: "any speed path must give the same numbers as the plain path").
+The engine hands an executor a list of :class:`~pflcore.engine.jobs.ClientJob` s and gets
+back one :class:`~pflcore.engine.jobs.ClientResult` per job, in order; every executor runs
+them through the same :class:`~pflcore.engine.jobs.ClientWorker`. An executor keeps
+nothing between calls: the engine owns the state, checkpoints it, and gets the same
+numbers whichever executor ran the work (any speed path must give the numbers of the
+plain path; tests check it bit for bit).
 
 - :class:`InProcess`: one client after the other, with this process's torch threads.
 - :class:`WorkerPool`: ``n`` spawned processes with one thread each, clients split into
   ``n`` contiguous groups of about equal training size. On small CNNs this beats
-  intra-op threading (performance.md: 2 x 1 thread is 1.9-2.0x one thread, 2 threads in
-  one process only 1.4-1.7x, and collapses when another process holds a core).
-
-The methods never see any of this: a worker runs the same ``local_update`` and
-``predictor`` as the in-process path, on a :class:`~pflcore.algorithms.base.Client`.
+  intra-op threading (measured on a 2-core machine: 2 x 1 thread is 1.9-2.0x one thread,
+  2 threads in one process only 1.4-1.7x, and it collapses when another process holds a
+  core).
 """
 from __future__ import annotations
 
@@ -29,83 +27,11 @@ import traceback
 import types
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
-from ..algorithms.base import Algorithm, Client
-from ..training import EVAL_KEY, TRAIN_KEY, TrainSettings, generator_for, predict_correct
-
-TRAIN, EVALUATE = "train", "evaluate"
-
-
-@dataclass
-class ClientJob:
-    """One piece of client work: ``kind`` is ``"train"`` (the method's local update) or
-    ``"evaluate"`` (build the client's predictor from the payload and count its correct
-    test predictions)."""
-
-    kind: str
-    client_id: int
-    round: int
-    payload: dict
-    state: dict = field(default_factory=dict)
-
-
-@dataclass
-class ClientResult:
-    """``output`` is the update (train) or the number of correct test predictions
-    (evaluate); ``state`` is the client's personal state after a train job.
-
-    An executor that talks to real clients (Flower) reports a client that failed or
-    timed out as ``output=None`` with ``error`` saying why: the engine leaves that client
-    out of the round and records it; its personal state stays as it was."""
-
-    output: Any
-    state: dict
-    error: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
-
-
-class ClientWorker:
-    """Does one client's work on that client's data (the same code in every executor).
-
-    ``train`` / ``test`` are per-client ``(x, y)`` pairs; ``model`` is a scratch model of
-    the run's architecture (its weights are overwritten by every method).
-    """
-
-    def __init__(self, algorithm: Algorithm, settings: TrainSettings, seed: int, num_classes: int,
-                 train: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                 test: Sequence[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module):
-        self.algorithm = algorithm
-        self.settings = settings
-        self.seed = seed
-        self.num_classes = num_classes
-        self.train_data = train
-        self.test_data = test
-        self.model = model
-
-    def client(self, client_id: int, round_index: int, purpose: int, state: dict) -> Client:
-        x, y = self.train_data[client_id]
-        # A CPU generator on every device: a GPU run shuffles exactly like a CPU run.
-        return Client(client_id, round_index, x, y, self.num_classes, state,
-                      generator_for(self.seed, purpose, round_index, client_id), self.model, self.settings)
-
-    def run(self, job: ClientJob) -> ClientResult:
-        if job.kind == TRAIN:
-            client = self.client(job.client_id, job.round, TRAIN_KEY, job.state)
-            return ClientResult(self.algorithm.local_update(job.payload, client), client.state)
-        if job.kind == EVALUATE:
-            # Evaluation must not change personal state: the predictor sees a copy.
-            client = self.client(job.client_id, job.round, EVAL_KEY, dict(job.state))
-            x, y = self.test_data[job.client_id]
-            predictor = self.algorithm.predictor(job.payload, client)
-            return ClientResult(int(predict_correct(predictor, x, y).sum()), job.state)
-        raise ValueError(f"unknown client job kind {job.kind!r}; use {TRAIN!r} or {EVALUATE!r}.")
+from .jobs import JOB_KINDS, ClientJob, ClientResult, ClientWorker
 
 
 class InProcess:
@@ -166,7 +92,8 @@ class WorkerPool:
         return procs
 
     def run(self, jobs: Sequence[ClientJob]) -> list[ClientResult]:
-        groups = _split(jobs, [self.sizes[j.client_id] if j.kind == TRAIN else 1 for j in jobs], self.num_workers)
+        costs = [self.sizes[j.client_id] if JOB_KINDS[j.kind].by_samples else 1 for j in jobs]
+        groups = _split(jobs, costs, self.num_workers)
         return self._processes().run(groups)
 
     def close(self) -> None:
@@ -433,5 +360,4 @@ def _worker_main(conn, parent_pid: int, death_signal: bool = False) -> None:
             return
 
 
-__all__ = ["ClientJob", "ClientResult", "ClientWorker", "InProcess", "WorkerPool", "WorkerError",
-           "available_cores", "resolve_workers", "shutdown_workers", "TRAIN", "EVALUATE"]
+__all__ = ["InProcess", "WorkerPool", "WorkerError", "available_cores", "resolve_workers", "shutdown_workers"]

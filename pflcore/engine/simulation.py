@@ -19,16 +19,17 @@ import numpy as np
 import torch
 
 from ..algorithms import make_algorithm
-from ..algorithms.base import Algorithm, Client, FederationInfo
+from ..algorithms.base import COLLECT, EVALUATE, TRAIN, Algorithm, Client, FederationInfo, ServerContext
 from ..config import ExperimentConfig
 from ..data.federated import FederatedData
 from ..data.partition import make_partition, subsample
 from ..data.shifts import make_shift
 from ..data.sources import load_dataset
 from ..models import SplitModel, build_model
-from ..training import INIT_KEY, TrainSettings, derive_seed
+from ..training import INIT_KEY, SERVER_KEY, TrainSettings, derive_seed, generator_for
 from .evaluation import accuracies, shared_correct, summarize
-from .executors import EVALUATE, TRAIN, ClientJob, ClientWorker, InProcess, WorkerPool, resolve_workers
+from .executors import InProcess, WorkerPool, resolve_workers
+from .jobs import ClientJob, ClientWorker
 from .results import RunDirectory, RunResult
 from .schedule import participants
 
@@ -61,6 +62,12 @@ def initial_model(config: ExperimentConfig, data: FederatedData) -> SplitModel:
     return model.to(config.device, memory_format=torch.channels_last)
 
 
+def train_settings(config: ExperimentConfig) -> TrainSettings:
+    """The clients' local-training settings of a run."""
+    return TrainSettings(config.local_epochs, config.batch_size, config.lr, config.momentum,
+                         config.weight_decay, precision=config.precision or "float32")
+
+
 class Simulation:
     """A federation driven from this process: the method, the data, the server state and
     the per-client personal states (only what the method keeps per client).
@@ -73,17 +80,21 @@ class Simulation:
         self.config = config
         self.data = data
         self.algorithm = algorithm or make_algorithm(config.method, **config.method_params)
-        self.settings = TrainSettings(config.local_epochs, config.batch_size, config.lr, config.momentum,
-                                      config.weight_decay, precision=config.precision or "float32")
+        self.settings = train_settings(config)
         self.model = initial_model(config, data)
-        info = FederationInfo(data.num_clients, data.num_classes, tuple(int(n) for n in data.train_sizes),
-                              config.seed, self.settings)
-        self.state = self.algorithm.init(copy.deepcopy(self.model), info)
+        self.info = FederationInfo(data.num_clients, data.num_classes, tuple(int(n) for n in data.train_sizes),
+                                   config.seed, self.settings)
+        self.state = self.algorithm.init(copy.deepcopy(self.model), self.info)
         self.client_states: dict[int, dict[str, Any]] = {}
-        self.worker = ClientWorker(self.algorithm, self.settings, config.seed, data.num_classes,
-                                   [(s.x, s.y) for s in data.train], [(s.x, s.y) for s in data.test],
-                                   copy.deepcopy(self.model))
+        self.worker = ClientWorker.for_run(config, data, self.algorithm, self.model)
+        self._server_model = copy.deepcopy(self.model)
         self.executor = InProcess(self.worker)
+
+    def server_context(self, round_index: int, phase: int = 0) -> ServerContext:
+        """What the method's server side gets in round ``round_index`` (0-based); ``phase``
+        0 is the aggregation, 1 the collect phase (each with its own random stream)."""
+        return ServerContext(round_index, generator_for(self.config.seed, SERVER_KEY, round_index, phase),
+                             torch.device(self.config.device), self.info, self.settings, self._server_model)
 
     def client(self, cid: int, round_index: int, purpose: int) -> Client:
         """Client ``cid`` as a method sees it in this process (its stored personal state)."""
@@ -100,7 +111,7 @@ class Simulation:
 
         ``clients`` replaces the schedule's participants (benchmarks, custom schedules)."""
         ids = [int(c) for c in (self.participants(round_index) if clients is None else clients)]
-        jobs = [ClientJob(TRAIN, cid, round_index, self.algorithm.payload(self.state, cid),
+        jobs = [ClientJob(TRAIN, cid, round_index, self.algorithm.payload(self.state, cid, TRAIN),
                           self.client_states.get(cid, {})) for cid in ids]
         updates, failed = {}, {}
         for job, result in zip(jobs, self.executor.run(jobs)):
@@ -124,8 +135,27 @@ class Simulation:
             raise DivergenceError(f"round {round_index + 1}: the training loss of client(s) {bad} is not finite; "
                                   f"the values that scale training here are {', '.join(self.scaling_values())}: "
                                   "lower the one that is too large (the run stopped and results so far are kept).")
-        self.state = self.algorithm.aggregate(self.state, updates)
+        self.state = self.algorithm.aggregate(self.state, updates, self.server_context(round_index))
+        if self.algorithm.collects(round_index, self.config.rounds):
+            self.collect(round_index, record)
         return record
+
+    def collect(self, round_index: int, record: dict) -> None:
+        """The collect phase: every client with training data computes the method's
+        statistics; the method folds the answers into the server state."""
+        jobs = [ClientJob(COLLECT, cid, round_index, self.algorithm.payload(self.state, cid, COLLECT),
+                          self.client_states.get(cid, {}))
+                for cid in range(self.data.num_clients) if self.data.train_sizes[cid] > 0]
+        collected, failed = {}, {}
+        for job, result in zip(jobs, self.executor.run(jobs)):
+            if result.failed:
+                failed[str(job.client_id)] = result.error
+            else:
+                collected[job.client_id] = result.output
+        if failed:
+            record["collect_failed"] = failed
+        if collected:
+            self.state = self.algorithm.absorb(self.state, collected, self.server_context(round_index, phase=1))
 
     def scaling_values(self) -> list[str]:
         """``name=value`` of the settings that scale local training: lr, weight_decay,
@@ -148,7 +178,7 @@ class Simulation:
         shared = self.algorithm.shared_predictor(self.state, self.model)
         if shared is not None:
             return accuracies(shared_correct(shared, self.data), sizes)
-        jobs = [ClientJob(EVALUATE, cid, round_index, self.algorithm.payload(self.state, cid),
+        jobs = [ClientJob(EVALUATE, cid, round_index, self.algorithm.payload(self.state, cid, EVALUATE),
                           self.client_states.get(cid, {})) for cid in range(self.data.num_clients) if sizes[cid] > 0]
         correct = np.zeros(self.data.num_clients)
         for job, result in zip(jobs, self.executor.run(jobs)):

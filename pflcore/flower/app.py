@@ -4,14 +4,14 @@ Server: :func:`serve` waits for the SuperNodes, asks each for its ``partition-id
 QUERY round), assigns the federation's clients to nodes (:func:`assign_clients`), then runs
 the unchanged engine (:func:`pflcore.engine.simulation.run`) with a :class:`GridExecutor`:
 each exchange sends every node one message (TRAIN for local updates, EVALUATE for
-personalised evaluation) with the jobs of the clients it serves, each with that client's
+personalised evaluation, QUERY for a method's collect phase) with the jobs of the clients it serves, each with that client's
 own payload (FedPAC: its personal head), its personal state, and the experiment config.
 A node that fails or does not answer in time leaves its clients out of that round (the
 engine records them under ``"failed"``); the rounds go on with the others. One message
 per node, not per client, because a deployed node starts a new process per message.
 
 Client: :func:`make_client_app` builds, once per process and config, the federation's data
-from the config and the engine's :class:`~pflcore.engine.executors.ClientWorker`, decodes
+from the config and the engine's :class:`~pflcore.engine.jobs.ClientWorker`, decodes
 the job, runs it and sends back the update (or the number of correct test predictions)
 and the new personal state. Nodes keep nothing between messages: the server's engine owns
 and checkpoints the personal states, so any node can serve any client id. (Each node here
@@ -36,10 +36,10 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..config import ConfigError, ExperimentConfig
-from ..engine.executors import (EVALUATE, TRAIN, ClientJob, ClientResult, ClientWorker, available_cores,
-                                 resolve_workers)
+from ..engine.executors import available_cores, resolve_workers
+from ..engine.jobs import JOB_KINDS, ClientJob, ClientResult, ClientWorker
 from ..engine.results import RunDirectory, RunResult
-from ..engine.simulation import Simulation, build_data, run
+from ..engine.simulation import build_data, run
 from .codec import decode, encode
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 JOB = "job"          # ConfigRecord: kind, round, token, config, threads, clients (JSON), fail
 RESULT = "result"    # ConfigRecord of a reply: token, errors (JSON: job index -> why), seconds
 NODE = "node"        # ConfigRecord of a QUERY reply: partition-id
-_MESSAGE_TYPES = {TRAIN: MessageType.TRAIN, EVALUATE: MessageType.EVALUATE}
+# The Flower message type of each job kind (train, evaluate; collect travels as a query).
+_MESSAGE_TYPES = {name: getattr(MessageType, kind.message_type.upper()) for name, kind in JOB_KINDS.items()}
 
 
 # ====================================================================== server side
@@ -146,7 +147,8 @@ class GridExecutor:
                 if k in errors:
                     out.append((ClientResult(None, jobs[i].state, error=f"node {node}: {errors[k]}"), True))
                     continue
-                state = decode(reply.content, f"state.{k}") if jobs[i].kind == TRAIN else jobs[i].state
+                keeps = JOB_KINDS[jobs[i].kind].keeps_state
+                state = decode(reply.content, f"state.{k}") if keeps else jobs[i].state
                 out.append((ClientResult(decode(reply.content, f"output.{k}"), state), False))
             return out
         except (KeyError, TypeError, ValueError) as exc:
@@ -250,12 +252,13 @@ def client_worker(config_json: str, data_root: str | None = None) -> ClientWorke
             values["data_root"] = data_root
         config = ExperimentConfig.from_dict(values)
         _WORKERS.clear()  # one federation's data at a time
-        _WORKERS[key] = Simulation(config, build_data(config)).worker
+        _WORKERS[key] = ClientWorker.for_run(config, build_data(config))
     return _WORKERS[key]
 
 
 def handle(msg: Message, context: Context) -> Message:
-    """Run the jobs in ``msg`` (TRAIN or EVALUATE) on this node and reply with their results.
+    """Run the jobs in ``msg`` (any kind of :data:`~pflcore.engine.jobs.JOB_KINDS`) on this
+    node and reply with their results.
 
     A job that raises is reported in the reply (that client fails, the others on this node
     go on); anything else that goes wrong fails the whole message (Flower's error reply)."""
@@ -283,7 +286,7 @@ def handle(msg: Message, context: Context) -> Message:
             errors[str(k)] = f"client {cid} raised {type(exc).__name__}: {exc}"
             continue
         records.update(encode(result.output, f"output.{k}"))
-        if kind == TRAIN:
+        if JOB_KINDS[kind].keeps_state:
             records.update(encode(result.state, f"state.{k}"))
     records[RESULT] = ConfigRecord({"token": str(head["token"]), "errors": json.dumps(errors),
                                     "seconds": time.perf_counter() - t0})
@@ -306,6 +309,8 @@ def make_client_app() -> ClientApp:
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
+        if JOB in msg.content:  # a method's collect phase
+            return handle(msg, context)
         pid = context.node_config.get("partition-id")
         return Message(RecordDict({NODE: ConfigRecord({"partition-id": int(pid) if pid is not None else -1})}),
                        reply_to=msg)
