@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from pflcore.algorithms import ALGORITHMS
 from pflcore.config import ConfigError, ExperimentConfig
 from pflcore.engine import DivergenceError, ResultsConflictError, RunResult, Simulation, build_data, run
 from pflcore.engine.schedule import participants
@@ -26,7 +27,7 @@ def test_same_seed_same_numbers(make_config, tmp_path):
     assert strip(c.history) != strip(a.history)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedrep", "local"])
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
 def test_resume_equals_uninterrupted(make_config, method):
     full = run(make_config(method=method, rounds=5, name="full"))
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from pflcore.algorithms import ALGORITHMS
 from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data
 from pflcore.engine import executors
@@ -31,8 +32,10 @@ def one_thread():
     torch.set_num_threads(saved)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedpac", "fedrep", "local", "fedavg_ft"])
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
 def test_two_workers_give_exactly_the_in_process_numbers(make_config, one_thread, method):
+    """Every registered method: a method that kept state anywhere but the server state and
+    the clients' states would give other numbers in worker processes."""
     here = run(make_config(method=method, workers=0, name="here"))
     pooled = run(make_config(method=method, workers=2, name="pooled"))
     assert np.array_equal(here.acc_history, pooled.acc_history)

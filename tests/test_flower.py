@@ -30,8 +30,10 @@ import torch
 flwr = pytest.importorskip("flwr", reason="the Flower extra is not installed (pip install -e .[flower])")
 
 import pflcore  # noqa: E402
+from conftest import tiny_config  # noqa: E402
 from pflcore import ExperimentConfig  # noqa: E402
-from pflcore.engine.jobs import EVALUATE, TRAIN, ClientJob  # noqa: E402
+from pflcore.algorithms import ALGORITHMS  # noqa: E402
+from pflcore.engine.jobs import COLLECT, EVALUATE, TRAIN, ClientJob  # noqa: E402
 from pflcore.engine.simulation import Simulation, build_data  # noqa: E402
 from pflcore.flower import (ClientsFailed, CodecError, GridExecutor, assign_clients, decode, encode,  # noqa: E402
                             simulate)
@@ -111,6 +113,29 @@ def test_codec_roundtrips_real_fedpac_payload_update_and_state(tmp_path):
     assert_same(result.output, roundtrip(result.output))
     for value in ({}, [], 0, "x", None, torch.ones(3)):  # any top-level value
         assert_same(value, roundtrip(value))
+
+
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
+def test_codec_roundtrips_every_methods_messages_exactly(tmp_path, method):
+    """Every registered method's payloads (each purpose), updates, statistics and states
+    cross Flower exactly."""
+    config = tiny_config(tmp_path, method=method, rounds=2)
+    sim = Simulation(config, build_data(config))
+    for r in range(2):  # the second round sees personal states and a trained server state
+        for cid in range(config.num_clients):
+            for purpose in (TRAIN, EVALUATE, COLLECT):
+                payload = sim.algorithm.payload(sim.state, cid, purpose)
+                assert_same(payload, roundtrip(payload))
+            state = sim.client_states.get(cid, {})
+            assert_same(state, roundtrip(state))
+            result = sim.worker.run(ClientJob(TRAIN, cid, r, sim.algorithm.payload(sim.state, cid, TRAIN),
+                                              dict(state)))
+            assert_same(result.output, roundtrip(result.output))
+            assert_same(result.state, roundtrip(result.state))
+        if sim.algorithm.collects(r, config.rounds):
+            out = sim.worker.run(ClientJob(COLLECT, 0, r, sim.algorithm.payload(sim.state, 0, COLLECT), {}))
+            assert_same(out.output, roundtrip(out.output))
+        sim.run_round(r)
 
 
 def test_codec_rejects_what_it_cannot_carry_naming_the_path():

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Algorithm, Client, FederationInfo
+from .base import Algorithm, Client, FederationInfo, Param, ServerContext
+from .ccvr import CCVR
+from .ditto import Ditto
 from .fedavg import FedAvg
 from .fedavg_ft import FedAvgFT
 from .fedbabu import FedBABU
@@ -13,9 +15,12 @@ from .fedprox import FedProx
 from .fedrep import FedRep
 from .lg_fedavg import LGFedAvg
 from .local import Local
+from .pfedhn import PFedHN
+from .pfedme import PFedMe
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC)
+    cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC,
+                              Ditto, PFedMe, PFedHN, CCVR)
 }
 
 
@@ -28,4 +33,5 @@ def make_algorithm(name: str, **params: Any) -> Algorithm:
     return ALGORITHMS[name](**params)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Client", "FederationInfo", "make_algorithm", *[c.__name__ for c in ALGORITHMS.values()]]
+__all__ = ["ALGORITHMS", "Algorithm", "Client", "FederationInfo", "Param", "ServerContext", "make_algorithm",
+           *[c.__name__ for c in ALGORITHMS.values()]]

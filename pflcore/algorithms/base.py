@@ -164,6 +164,8 @@ class Algorithm:
     ``hyperparams`` declares the method's parameters (:class:`Param`: default, type,
     range, choices); ``defaults`` is derived from it. The constructor accepts exactly
     those parameters, checked by :meth:`check_params` before a run starts.
+    ``predicts_globally`` says that every client predicts with the same global model
+    (:meth:`shared_predictor`), which calibrations such as CCVR build on.
     ``failure_counters`` names numbers the method reports each round (:meth:`report`)
     that count its own failures (FedPAC's ``qp_failures``); the engine totals them and
     warns when they are not zero.
@@ -173,6 +175,7 @@ class Algorithm:
     hyperparams: ClassVar[dict[str, Param]] = {}
     defaults: ClassVar[dict[str, Any]] = {}
     failure_counters: ClassVar[tuple[str, ...]] = ()
+    predicts_globally: ClassVar[bool] = False  # every client predicts with the one global model
     paper: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any):

@@ -14,6 +14,7 @@ from .base import (TRAIN, Algorithm, Client, FederationInfo, ServerContext,
 class FedAvg(Algorithm):
     name = "fedavg"
     paper = "McMahan et al., AISTATS 2017"
+    predicts_globally = True
 
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         return {"model": snapshot(model)}

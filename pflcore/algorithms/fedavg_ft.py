@@ -12,6 +12,7 @@ from .fedavg import FedAvg
 class FedAvgFT(FedAvg):
     name = "fedavg_ft"
     paper = "FedAvg + local fine-tuning (Xu et al. ICLR 2023, Table 1)"
+    predicts_globally = False
     hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of local fine-tuning before evaluation")}
 
     def shared_predictor(self, state: dict, model: SplitModel) -> None:

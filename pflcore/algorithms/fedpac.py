@@ -88,7 +88,7 @@ class SimplexQP:
         problem, a, root = self._problems[m]
         evals, evecs = np.linalg.eigh(0.5 * (p + p.T))
         root.value = (evecs * np.sqrt(np.clip(evals, 0, None))).T
-        problem.solve(solver=self.solver)
+        problem.solve(solver=self.solver, warm_start=False)  # no memory of earlier solves: exact resume
         if problem.status not in ("optimal", "optimal_inaccurate") or a.value is None:
             raise RuntimeError(f"QP status {problem.status}")
         return np.asarray(a.value, dtype=np.float64)

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 @dataclass(frozen=True)
 class Param:
     """One hyperparameter: its default (whose Python type is the parameter's type: bool,
-    int, float or str), an optional range ``[low, high]`` (``low_open``/``high_open`` make
+    int, float, str, or dict for a mapping its method checks further), an optional range ``[low, high]`` (``low_open``/``high_open`` make
     an end exclusive), optional ``choices`` (a sequence, or a function returning one, for
     choices known only at run time, such as the installed solvers) and a short ``doc``."""
 
@@ -39,6 +39,8 @@ class Param:
         """What this parameter accepts, as words for an error message."""
         if self.kind is bool:
             return "it must be true or false"
+        if self.kind is dict:
+            return "it must be a mapping"
         if self.choices is not None:
             return f"choose one of {list(self._choices())}"
         what = {int: "a whole number", float: "a finite number", str: "a string"}[self.kind]
@@ -54,8 +56,10 @@ class Param:
     def accepts(self, value: Any) -> bool:
         if self.kind is bool:
             return isinstance(value, bool)
+        if self.kind is dict:
+            return isinstance(value, dict)
         if self.choices is not None:
-            return value in self._choices()
+            return isinstance(value, str) and value in self._choices()
         if self.kind is str:
             return isinstance(value, str)
         if isinstance(value, bool) or not isinstance(value, (int, float)):

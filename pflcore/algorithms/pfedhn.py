@@ -1,0 +1,133 @@
+"""pFedHN (Shamsian, Navon, Fetaya, Chechik, ICML 2021): a hypernetwork on the server
+generates each client's model.
+
+Server (section 3): client i has a learned embedding e_i (dimension (1 + N) / 4); an MLP
+(hidden width 100) maps it to a representation from which one linear layer per weight
+tensor produces theta_i = h(e_i; phi). Client: from theta_i, local SGD (the run's E epochs,
+or ``local_steps`` mini-batch steps) gives theta~_i; it returns Delta_i = theta_i - theta~_i.
+Server: for each participant, grad_phi = (d theta_i / d phi)^T Delta_i by autograd and one
+SGD step on phi (lr, momentum, weight decay of its own; the momentum buffers persist in the
+server state). The participants of a round were all sent theta_i from the same phi; their
+steps are applied one after the other in client order, as the paper's one-client-per-step
+training would. A client whose Delta is zero (it took no step) sends no information and
+causes no step. Personal model: h(e_i). Buffers (none in the papers' CNNs) stay at the
+initial model's.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import nn
+
+from ..models import SplitModel
+from ..training import INIT_KEY, SGDStep, TrainSettings, derive_seed
+from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
+
+
+class HyperNetwork(nn.Module):
+    """e_i -> MLP -> one linear output per generated tensor (section 3.1)."""
+
+    def __init__(self, num_clients: int, embedding_dim: int, hidden: int, layers: int,
+                 shapes: Mapping[str, torch.Size]):
+        super().__init__()
+        self.embeddings = nn.Embedding(num_clients, embedding_dim)
+        blocks: list[nn.Module] = [nn.Linear(embedding_dim, hidden)]
+        for _ in range(layers - 1):
+            blocks += [nn.ReLU(), nn.Linear(hidden, hidden)]
+        self.mlp = nn.Sequential(*blocks)
+        self.names = list(shapes)
+        self.shapes = dict(shapes)
+        self.outputs = nn.ModuleList(nn.Linear(hidden, int(torch.Size(s).numel())) for s in shapes.values())
+
+    def forward(self, client_id: int) -> dict[str, torch.Tensor]:
+        e = self.embeddings(torch.tensor([client_id], device=self.embeddings.weight.device))
+        z = self.mlp(e)
+        return {name: out(z).reshape(self.shapes[name]) for name, out in zip(self.names, self.outputs)}
+
+
+class PFedHN(Algorithm):
+    name = "pfedhn"
+    paper = "Shamsian, Navon, Fetaya, Chechik, ICML 2021"
+    hyperparams = {
+        "embedding_dim": Param(0, low=0, doc="dimension of e_i (0: (1 + N) / 4, at least 1)"),
+        "hidden": Param(100, low=1, doc="width of the hypernetwork's MLP"),
+        "layers": Param(3, low=1, doc="linear layers of the MLP"),
+        "server_lr": Param(0.01, low=0, low_open=True, doc="the hypernetwork's SGD learning rate"),
+        "server_momentum": Param(0.9, low=0, high=1, high_open=True, doc="its momentum"),
+        "server_weight_decay": Param(1e-3, low=0, doc="its weight decay"),
+        "local_steps": Param(0, low=0, doc="client SGD steps (0: the run's local epochs)"),
+    }
+
+    def _hypernetwork(self, num_clients: int, shapes: Mapping[str, list[int]]) -> HyperNetwork:
+        dim = self.embedding_dim or max(1, (1 + num_clients) // 4)
+        return HyperNetwork(num_clients, dim, int(self.hidden), int(self.layers),
+                            {name: torch.Size(s) for name, s in shapes.items()})
+
+    def init(self, model: SplitModel, info: FederationInfo) -> dict:
+        shapes = {name: list(p.shape) for name, p in model.named_parameters()}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(info.seed, INIT_KEY, 1))  # its own stream, not the model's
+            hn = self._hypernetwork(info.num_clients, shapes)
+        hn.to(next(model.parameters()).device)
+        return {"hypernetwork": snapshot(hn), "momentum": {}, "shapes": shapes,
+                "buffers": {k: v.detach().clone() for k, v in model.named_buffers()}}
+
+    def _loaded(self, state: dict) -> HyperNetwork:
+        """The hypernetwork with the state's weights (its module is scratch, built once)."""
+        hn = getattr(self, "_scratch", None)
+        if hn is None:
+            num_clients = int(state["hypernetwork"]["embeddings.weight"].shape[0])
+            hn = self._scratch = self._hypernetwork(num_clients, state["shapes"]).to(
+                state["hypernetwork"]["embeddings.weight"].device)
+        return load(hn, state["hypernetwork"])
+
+    def payload(self, state: dict, client_id: int, purpose: str = TRAIN) -> dict:
+        with torch.no_grad():
+            theta = self._loaded(state)(client_id)
+        return {"model": {**theta, **state["buffers"]}}
+
+    def local_update(self, payload: dict, client: Client) -> dict:
+        model = load(client.model, payload["model"])
+        if self.local_steps:
+            loss = self._steps(client, model, int(self.local_steps))
+        else:
+            loss = client.train(model.parameters())
+        delta = {name: payload["model"][name] - p.detach() for name, p in model.named_parameters()}
+        return {"delta": delta, "num_samples": client.num_samples, "loss": loss}
+
+    @staticmethod
+    def _steps(client: Client, model: SplitModel, steps: int) -> float:
+        """``steps`` SGD steps on the client's batches in the standard order."""
+        per_epoch = -(-client.num_samples // client.settings.batch_size)
+        step, losses = client.sgd(model.parameters()), []
+        with client.trainable(model, model.parameters()):
+            for i, (x, y) in enumerate(client.batches(epochs=-(-steps // per_epoch))):
+                if i == steps:
+                    break
+                with client.precision():
+                    loss = nn.functional.cross_entropy(model(x), y)
+                step(loss)
+                losses.append(loss.detach())
+        return float(torch.stack(losses).mean()) if losses else 0.0
+
+    def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
+        hn = self._loaded(state)
+        params = list(hn.parameters())
+        step = SGDStep(params, TrainSettings(1, 1, float(self.server_lr), float(self.server_momentum),
+                                             float(self.server_weight_decay)))
+        step.buffers = [state["momentum"].get(str(i)) for i in range(len(params))]
+        for cid in sorted(updates):
+            delta = updates[cid]["delta"]
+            if not any(bool(d.any()) for d in delta.values()):
+                continue  # no step taken: no information
+            theta = hn(cid)
+            names = list(theta)
+            grads = torch.autograd.grad([theta[n] for n in names], params, grad_outputs=[delta[n] for n in names],
+                                        allow_unused=True)
+            step.update(list(grads))
+        return {**state, "hypernetwork": snapshot(hn),
+                "momentum": {str(i): b.clone() for i, b in enumerate(step.buffers) if b is not None}}
+
+    def predictor(self, payload: dict, client: Client) -> nn.Module:
+        return load(client.model, payload["model"])
