@@ -94,6 +94,15 @@ def test_every_kind_has_a_case() -> None:
     assert {c[1] for c in CASES} == set(PARTITIONERS)
 
 
+def test_one_registry_pairs_each_partitioner_with_its_check() -> None:
+    from pflcore.data.partition import KINDS
+
+    assert list(KINDS) == list(PARTITIONERS)
+    for name, kind in KINDS.items():
+        assert kind.name == name and PARTITIONERS[name] is kind.partition
+        assert kind.partition.__module__ == kind.check.__module__ == f"pflcore.data.partition.{name}"
+
+
 # ------------------------------------------------------------------ invariants
 
 

@@ -664,6 +664,18 @@ def test_names_and_aliases() -> None:
     assert all(n in str(info.value) for n in sources.DATASETS)
 
 
+def test_one_registry_declares_every_dataset() -> None:
+    assert tuple(sources.SHAPES) == sources.DATASETS
+    for name in sources.DATASETS:
+        source = sources._SOURCES[name]
+        assert source.name == name
+        if source.builtin is None:  # read from files: found, parsed, named in messages
+            assert source.probe and source.load and source.subdirs and source.provide
+        for _, md5sum in source.download.files if source.download else ():
+            assert len(md5sum) == 32 and int(md5sum, 16) >= 0
+    assert set(sources._DOWNLOADS) == {"fmnist", "mnist", "emnist", "cifar10", "cifar100"}
+
+
 def test_dataset_validates_its_fields() -> None:
     x, y = torch.zeros(2, 1, 4, 4, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64)
     ds = Dataset("toy", x, y, x, y, 2, (0.0,), (1.0,))

@@ -8,9 +8,10 @@ from ..engine.results import RunResult
 
 def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] | None = None):
     """A pandas DataFrame, one row per run: final mean +- std over clients, weighted mean,
-    best evaluated round's mean, seconds. With ``paper`` (label -> reported accuracy) also
-    the paper's number and ours minus the paper's; the paper's rows we did not run are
-    listed too, marked "not implemented yet" or "not run", never silently dropped."""
+    best evaluated round's mean, seconds. With ``paper`` (label -> reported accuracy, e.g.
+    ``pflcore.papers.fedpac.FEDPAC_TABLE2["fmnist"]``) also the paper's number and ours
+    minus the paper's; the paper's rows we did not run are listed too, marked "not
+    implemented yet" or "not run", never silently dropped."""
     import pandas as pd
 
     from ..algorithms import ALGORITHMS

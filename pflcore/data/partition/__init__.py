@@ -1,0 +1,202 @@
+"""Partitioners: split a labelled dataset into per-client train/test index arrays.
+
+Every partitioner takes the labels of the dataset's train split and test split and
+returns indices into the POOLED sample space ``concat(train split, test split)``:
+index ``i < n_train`` is train-split sample ``i``; index ``n_train + j`` is test-split
+sample ``j``.  "Split-based" partitions (FedPAC) draw client train sets from the train
+split and client test sets from the test split; "union" partitions (FedCP, pFedFDA)
+partition both splits together and then split each client's samples into train/test.
+Both produce the same :class:`Partition`.
+
+Conventions (all partitioners):
+
+* one ``numpy.random.default_rng(seed)`` drives everything; same arguments and seed
+  give identical arrays;
+* every client index array is int64, sorted ascending and read-only;
+* "round" means round half up: ``floor(x + 0.5)``;
+* a size that is split over several classes (an even split, or a split proportional
+  to other counts) is an integer split whose remainders are distributed
+  deterministically (largest remainder, ties to the lower class / rotated by client id),
+  so totals are exact;
+* where the per-client demand for a class exceeds that class's supply in a split, the
+  overflow is served from a fresh permutation of that class's pool ("recycling", as the
+  FedPAC upstream code does); an index never repeats inside one client's array, the
+  number of recycled draws is recorded in ``info["recycled_train"]`` /
+  ``info["recycled_test"]`` and one :class:`RecyclingWarning` is emitted.
+
+Kinds (:data:`KINDS`, one module each in this package, holding its partitioner and its
+label-free check): ``dominant``, ``pathological``, ``dirichlet``, ``iid``, ``quantity``,
+``natural``; plus the transform :func:`subsample`.  A new kind is a new module defining
+``KIND = PartitionKind(name, partition=..., check=...)`` plus its name in ``_KIND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .common import (
+    Context,
+    Partition,
+    PartitionError,
+    PartitionKind,
+    RecyclingWarning,
+    Result,
+    is_int,
+    need_int,
+    pool_labels,
+    subsample,
+)
+
+__all__ = [
+    "KINDS",
+    "PARTITIONERS",
+    "Partition",
+    "PartitionError",
+    "PartitionKind",
+    "RecyclingWarning",
+    "make_partition",
+    "pool_labels",
+    "subsample",
+    "validate_partition_args",
+]
+
+#: The kind modules of this package, in registry order (each defines ``KIND``).
+_KIND_MODULES = ("dominant", "pathological", "dirichlet", "iid", "quantity", "natural")
+
+
+def _collect(modules: tuple[str, ...]) -> dict[str, PartitionKind]:
+    kinds: dict[str, PartitionKind] = {}
+    for module in modules:
+        kind = importlib.import_module(f"{__name__}.{module}").KIND
+        kinds[kind.name] = kind
+    return kinds
+
+
+KINDS: dict[str, PartitionKind] = _collect(_KIND_MODULES)
+"""Registry of partition kinds: ``kind -> PartitionKind`` (partitioner and check together)."""
+
+PARTITIONERS: dict[str, Callable[..., Result]] = {name: kind.partition for name, kind in KINDS.items()}
+"""Registry of partition kinds: ``kind -> partitioner(ctx, **params)``.  The accepted
+parameter names and defaults are the keyword-only parameters of each function."""
+
+
+def _bind_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Named parameters of ``kind`` with defaults applied; unknown/missing -> error."""
+    if kind not in KINDS:
+        raise PartitionError(f"kind={kind!r} is unknown; allowed kinds: {', '.join(sorted(KINDS))}.",
+                             param="kind")
+    sig = inspect.signature(KINDS[kind].partition)
+    names = [n for n, prm in sig.parameters.items() if prm.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise PartitionError(
+            f"parameter {unknown[0]!r} is unknown for kind {kind!r}; allowed: {', '.join(names)}.",
+            param=unknown[0],
+        )
+    bound: dict[str, Any] = {}
+    for n in names:
+        if n in params:
+            bound[n] = params[n]
+        elif sig.parameters[n].default is inspect.Parameter.empty:
+            raise PartitionError(f"parameter {n!r} is required for kind {kind!r}.", param=n)
+        else:
+            bound[n] = sig.parameters[n].default
+    return bound
+
+
+def validate_partition_args(
+    kind: str, num_clients: int | None = None, *, num_classes: int | None = None, **params: Any
+) -> dict[str, Any]:
+    """Check everything that does not need the labels (kind, parameter names, types and
+    ranges) and return the parameters with defaults applied.  Used by
+    :func:`make_partition` and by config validation; raises :class:`PartitionError`."""
+    bound = _bind_params(kind, params)
+    if num_clients is None:
+        if not KINDS[kind].infers_num_clients:
+            raise PartitionError(f"num_clients is required for kind {kind!r} (an integer >= 1).", param="num_clients")
+    else:
+        need_int(kind, "num_clients", num_clients, 1)
+    if num_classes is not None:
+        need_int(kind, "num_classes", num_classes, 1)
+    KINDS[kind].check(bound, num_classes)
+    return bound
+
+
+def _as_labels(name: str, labels: Any) -> np.ndarray:
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+        raise PartitionError(f"{name} must be a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}.")
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        raise PartitionError(f"{name} contains the negative label {int(arr.min())}; labels must be >= 0.")
+    return arr
+
+
+def make_partition(
+    kind: str,
+    train_labels: np.ndarray,
+    test_labels: np.ndarray,
+    num_clients: int | None = None,
+    *,
+    seed: int,
+    num_classes: int | None = None,
+    **params: Any,
+) -> Partition:
+    """Partition a dataset among clients (see the module docstring and each kind's
+    partitioner for the paper section it implements).
+
+    ``num_classes`` defaults to ``max label + 1`` over both splits; ``num_clients`` may
+    be ``None`` only for ``kind="natural"`` (inferred from the ids).  All arguments are
+    validated before any work; problems raise :class:`PartitionError`.
+    """
+    bound = validate_partition_args(kind, num_clients, num_classes=num_classes, **params)
+    spec = KINDS[kind]
+    if not is_int(seed) or seed < 0:
+        raise PartitionError(f"seed={seed!r} is invalid: it must be an integer >= 0.")
+    train_labels = _as_labels("train_labels", train_labels)
+    test_labels = _as_labels("test_labels", test_labels)
+    top = int(max(train_labels.max(initial=-1), test_labels.max(initial=-1)))
+    if num_classes is None:
+        num_classes = max(top + 1, 1)
+        spec.check(bound, num_classes)
+    elif top >= num_classes:
+        raise PartitionError(f"num_classes={num_classes} is invalid: the labels contain class {top}.")
+    if train_labels.size == 0:
+        raise PartitionError("train_labels is empty; a partition needs training samples.")
+    available = train_labels.size + (test_labels.size if spec.uses_both_splits(bound) else 0)
+    if num_clients is not None and num_clients > available:
+        raise PartitionError(
+            f"num_clients={num_clients} is invalid for kind {kind!r}: only {available} samples are "
+            "available to share."
+        )
+    ctx = Context(kind, train_labels, test_labels, num_clients, num_classes, np.random.default_rng(seed))
+    train, test, info = spec.partition(ctx, **bound)
+    empty_test = [i for i, a in enumerate(test) if a.size == 0]
+    if empty_test:
+        info["empty_test_clients"] = empty_test
+    recycled = int(info.get("recycled_train", 0)) + int(info.get("recycled_test", 0))
+    if recycled:
+        warnings.warn(
+            RecyclingWarning(
+                f"partition kind {kind!r}: demand exceeded supply for some classes, so "
+                f"{info.get('recycled_train', 0)} train and {info.get('recycled_test', 0)} test draws "
+                "reuse samples already given to other clients (never twice within a client)."
+            ),
+            stacklevel=2,
+        )
+    recorded = spec.record(bound)
+    recorded.update(num_clients=len(train), seed=int(seed), num_classes=int(num_classes))
+    return Partition(
+        train=tuple(train),
+        test=tuple(test),
+        num_train_split=int(train_labels.size),
+        kind=kind,
+        params=recorded,
+        info=info,
+    )

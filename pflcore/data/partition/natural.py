@@ -1,0 +1,114 @@
+"""Kind ``natural``: one client per distinct sample id (e.g. EMNIST writers, pFedFDA section 5.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .common import (
+    Context,
+    PartitionError,
+    PartitionKind,
+    Result,
+    group_by_owner,
+    need_fraction,
+    need_unused,
+    split_train_test,
+)
+
+
+def partition(
+    ctx: Context,
+    *,
+    ids: Sequence[Any] | np.ndarray | None = None,
+    train_ids: Sequence[Any] | np.ndarray | None = None,
+    test_ids: Sequence[Any] | np.ndarray | None = None,
+    train_fraction: float | None = None,
+) -> Result:
+    """Natural clients from a per-sample id (e.g. EMNIST writers, pFedFDA section 5.1).
+
+    Each distinct id, in sorted order, is one client (``info["client_ids"]``).  With
+    ``ids`` (one per pooled sample) or ``train_ids`` alone, each client's samples are
+    split train/test, stratified, with ``train_fraction`` (default 0.75); with
+    ``train_ids`` and ``test_ids`` the splits are kept as given.
+    """
+    n_train, n_test = ctx.n_train, ctx.test_labels.size
+
+    def as_ids(name: str, value: Any, length: int) -> np.ndarray:
+        arr = np.asarray(value)
+        if arr.ndim != 1 or arr.size != length:
+            raise PartitionError(
+                f"{name} has shape {arr.shape} but must be 1-D with {length} entries (one per sample)."
+            )
+        return arr
+
+    if ids is not None:
+        all_ids = as_ids("ids", ids, n_train + n_test)
+    elif test_ids is None:
+        all_ids = as_ids("train_ids", train_ids, n_train)
+    else:
+        all_ids = np.concatenate([as_ids("train_ids", train_ids, n_train), as_ids("test_ids", test_ids, n_test)])
+    try:
+        uniq, inverse = np.unique(all_ids, return_inverse=True)
+    except TypeError as exc:
+        raise PartitionError(f"client ids cannot be sorted ({exc}); use one type (ints or strings).") from exc
+    num = uniq.size
+    if ctx.num_clients is not None and ctx.num_clients != num:
+        raise PartitionError(
+            f"num_clients={ctx.num_clients} is invalid for kind 'natural': the ids define {num} "
+            "clients; pass num_clients=None or the matching number."
+        )
+    positions = np.arange(all_ids.size, dtype=np.int64)
+    members = group_by_owner([positions], [inverse.astype(np.int64).ravel()], num)
+    info: dict[str, Any] = {"client_ids": uniq.tolist()}
+    if test_ids is not None:
+        train = [m[m < n_train] for m in members]
+        test = [m[m >= n_train] for m in members]
+        empty = [str(uniq[i]) for i, a in enumerate(train) if a.size == 0]
+        if empty:
+            raise PartitionError(
+                f"test_ids contains ids never seen in train_ids ({', '.join(empty[:5])}); every "
+                "client needs train samples."
+            )
+        return train, test, info
+    trf = 0.75 if train_fraction is None else train_fraction
+    train, test = split_train_test(members, ctx.pooled_labels, ctx.num_classes, trf, ctx.rng)
+    info.update(train_fraction=trf)
+    return train, test, info
+
+
+def check(p: dict, num_classes: int | None) -> None:
+    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
+    ids, train_ids, test_ids = p["ids"], p["train_ids"], p["test_ids"]
+    if ids is not None and (train_ids is not None or test_ids is not None):
+        raise PartitionError(
+            "ids cannot be combined with train_ids/test_ids for kind 'natural'; pass ids (pooled) "
+            "or train_ids (optionally with test_ids).",
+            param="ids",
+        )
+    if ids is None and train_ids is None:
+        raise PartitionError(
+            "ids or train_ids is required for kind 'natural' (test_ids alone cannot define clients).",
+            param="ids",
+        )
+    if test_ids is not None:
+        need_unused("natural", "train_fraction", p["train_fraction"], "when test_ids is given")
+    elif p["train_fraction"] is not None:
+        need_fraction("natural", "train_fraction", p["train_fraction"], closed_right=False)
+
+
+def record(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as stored in the partition: each id array summarised as ``"<n ids>"``."""
+    out = dict(params)
+    for name in ("ids", "train_ids", "test_ids"):
+        if out[name] is not None:
+            out[name] = f"<{len(out[name])} ids>"
+    return out
+
+
+KIND = PartitionKind(
+    "natural", partition=partition, check=check, infers_num_clients=True,
+    uses_both_splits=lambda params: True, record=record,
+)

@@ -1,0 +1,181 @@
+"""Kind ``pathological``: #C classes per client (FedPAC appendix C.7, FedFA section 5, FedCP
+section 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .common import (
+    Context,
+    PartitionError,
+    PartitionKind,
+    Result,
+    apportion,
+    class_pools,
+    client_groups,
+    draw_from_pools,
+    draw_train_and_test,
+    even_counts,
+    is_int,
+    need_bool,
+    need_choice,
+    need_fraction,
+    need_int,
+    need_int_list,
+    need_unused,
+    round_half_up,
+    split_train_test,
+)
+
+
+def partition(
+    ctx: Context,
+    *,
+    classes_per_client: int | Sequence[int],
+    class_sets: str = "random",
+    num_groups: int | None = None,
+    samples_per_client: int | None = 600,
+    on: str = "train",
+    test_fraction: float | None = None,
+    train_fraction: float | None = None,
+    recycle: bool = True,
+) -> Result:
+    """#C classes per client: FedPAC appendix C.7 (3/3/5/5/8 classes by group, random or
+    clustered class sets, 600 balanced samples), FedFA section 5 (#C = 2), FedCP section 4
+    (pathological setting, disjoint data).
+
+    Client ``i`` is in group ``i % G`` with ``G = len(classes_per_client)`` for a list
+    (else ``num_groups``, default 1).  ``class_sets="random"``: each client draws its own
+    classes; ``"clustered"``: each group draws one set shared by its clients (redrawn up
+    to 100 times so the group sets differ).  With ``samples_per_client`` an int, the
+    client's samples are balanced over its classes and its test set follows the same
+    proportions with ``round(test_fraction * n)`` samples (default 0.5).  With
+    ``samples_per_client=None`` (FedCP style) each class's pool is split evenly among
+    the clients holding it: the train and test splits separately (``on="train"``), or
+    the union of both splits followed by a stratified per-client train/test split of
+    ``train_fraction`` (``on="union"``, default 0.75).
+    """
+    num_clients, num_classes, rng = ctx.num_clients, ctx.num_classes, ctx.rng
+    assert num_clients is not None
+    if is_int(classes_per_client):
+        per_group = [int(classes_per_client)]  # type: ignore[arg-type]
+    else:
+        per_group = [int(c) for c in classes_per_client]  # type: ignore[union-attr]
+    n_groups = num_groups if num_groups is not None else len(per_group)
+    if len(per_group) == 1:
+        per_group = per_group * n_groups
+    group_of = client_groups(num_clients, n_groups)
+    if class_sets == "random":
+        keys = np.argsort(rng.random((num_clients, num_classes)), axis=1)
+        sets = [np.sort(keys[i, : per_group[group_of[i]]]) for i in range(num_clients)]
+    else:
+        for _ in range(100):
+            keys = np.argsort(rng.random((n_groups, num_classes)), axis=1)
+            group_sets = [np.sort(keys[g, : per_group[g]]) for g in range(n_groups)]
+            if len({tuple(x) for x in group_sets}) == n_groups:
+                break
+        sets = [group_sets[g] for g in group_of]
+    holds = np.zeros((num_clients, num_classes), dtype=bool)
+    for i, cls in enumerate(sets):
+        holds[i, cls] = True
+    info: dict[str, Any] = {"group": group_of.tolist(), "class_sets": [c.tolist() for c in sets]}
+
+    if samples_per_client is not None:
+        train_demand = np.zeros((num_clients, num_classes), dtype=np.int64)
+        for i, cls in enumerate(sets):
+            train_demand[i, cls] = even_counts(samples_per_client, cls.size, i)
+        tf = 0.5 if test_fraction is None else test_fraction
+        test_demand = apportion(train_demand, round_half_up(np.full(num_clients, tf * samples_per_client)))
+        train, test, drawn = draw_train_and_test(ctx, train_demand, test_demand, recycle)
+        info.update(drawn, test_fraction=tf)
+        return train, test, info
+
+    holders = holds.sum(axis=0)
+
+    def even_demand(supply: np.ndarray, split: str) -> np.ndarray:
+        short = (supply < holders) & (holders > 0)
+        if short.any():
+            k = int(np.argmax(short))
+            raise PartitionError(
+                f"kind 'pathological' is infeasible: class {k} has {int(supply[k])} samples in the "
+                f"{split} but {int(holders[k])} clients hold it; use fewer clients or classes_per_client."
+            )
+        demand = np.zeros((num_clients, num_classes), dtype=np.int64)
+        for k in np.flatnonzero(holders):
+            who = np.flatnonzero(holds[:, k])
+            demand[who, k] = even_counts(int(supply[k]), who.size, int(k))
+        return demand
+
+    if on == "train":
+        train_demand = even_demand(ctx.supply("train"), "train split")
+        test_demand = even_demand(ctx.supply("test"), "test split")
+        train, test, drawn = draw_train_and_test(ctx, train_demand, test_demand, recycle=False)
+        info.update(drawn)
+        return train, test, info
+    pooled = ctx.pooled_labels
+    demand = even_demand(np.bincount(pooled, minlength=num_classes), "union of both splits")
+    members, _ = draw_from_pools(class_pools(pooled, num_classes, rng), demand, rng)
+    trf = 0.75 if train_fraction is None else train_fraction
+    train, test = split_train_test(members, pooled, num_classes, trf, rng)
+    info.update(train_fraction=trf)
+    return train, test, info
+
+
+def check(p: dict, num_classes: int | None) -> None:
+    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
+    k = "pathological"
+    cpc = p["classes_per_client"]
+    if is_int(cpc):
+        need_int(k, "classes_per_client", cpc, 1)
+        per_group = [int(cpc)]
+    else:
+        need_int_list(k, "classes_per_client", cpc, 1)
+        per_group = [int(c) for c in cpc]
+    if num_classes is not None and max(per_group) > num_classes:
+        raise PartitionError(
+            f"classes_per_client={cpc!r} is invalid: a client cannot hold more than "
+            f"num_classes={num_classes} classes.",
+            param="classes_per_client",
+        )
+    need_choice(k, "class_sets", p["class_sets"], ("random", "clustered"))
+    ng = p["num_groups"]
+    if ng is not None:
+        need_int(k, "num_groups", ng, 1)
+        if len(per_group) > 1 and ng != len(per_group):
+            raise PartitionError(
+                f"num_groups={ng} is invalid: classes_per_client lists {len(per_group)} groups; "
+                "leave num_groups unset or make them agree.",
+                param="num_groups",
+            )
+    elif p["class_sets"] == "clustered" and len(per_group) == 1:
+        raise PartitionError(
+            "num_groups is required for kind 'pathological' when class_sets='clustered' and "
+            "classes_per_client is a single integer.",
+            param="num_groups",
+        )
+    spc = p["samples_per_client"]
+    need_choice(k, "on", p["on"], ("train", "union"))
+    if spc is not None:
+        need_int(k, "samples_per_client", spc, 1)
+        if p["on"] != "train":
+            raise PartitionError(
+                f"on={p['on']!r} is invalid for kind 'pathological' with samples_per_client={spc}: "
+                "on='union' requires samples_per_client=None.",
+                param="on",
+            )
+        if p["test_fraction"] is not None:
+            need_fraction(k, "test_fraction", p["test_fraction"])
+    else:
+        need_unused(k, "test_fraction", p["test_fraction"], "when samples_per_client=None")
+    if p["on"] == "union":
+        if p["train_fraction"] is not None:
+            need_fraction(k, "train_fraction", p["train_fraction"], closed_right=False)
+    else:
+        need_unused(k, "train_fraction", p["train_fraction"], "unless on='union'")
+    need_bool(k, "recycle", p["recycle"])
+
+
+KIND = PartitionKind("pathological", partition=partition, check=check)
