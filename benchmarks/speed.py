@@ -3,7 +3,7 @@
     python benchmarks/speed.py [--repeats 5] [--workers 0 2] [--precision float32 bfloat16]
                                [--models fmnist rgb32] [--methods fedavg fedpac] [--out FILE]
 
-Workloads (performance.md): 20 clients x 600 samples, batch 50, E = 5 (60,000 training
+Workloads (FedPAC's Fashion-MNIST round): 20 clients x 600 samples, batch 50, E = 5 (60,000 training
 samples per round), on
 - ``fmnist``: Fashion-MNIST with FedPAC's 28x28 grey CNN;
 - ``rgb32``: FedPAC's 32x32 RGB CNN on random tensors of CIFAR's shape.

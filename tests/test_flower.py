@@ -320,6 +320,16 @@ def test_fedpac_on_flower_simulation_matches_in_process_with_personal_heads(tmp_
 
 
 @pytest.mark.slow
+def test_ccvr_collect_phase_runs_on_the_nodes_and_matches_in_process(tmp_path):
+    """A method's collect phase travels as QUERY messages and gives the in-process numbers."""
+    here, flower = run_both(tmp_path, "ccvr")
+    assert_agree(here, flower)
+    kinds = [e["kind"] for e in flower.extras["flower"]["exchanges"]]
+    assert kinds.count(COLLECT) == 1 and kinds.index(COLLECT) == len(kinds) - 1  # after the last round only
+    assert [h["calibrated"] for h in flower.history] == [0, 0, 1]
+
+
+@pytest.mark.slow
 def test_failing_node_is_recorded_and_rounds_go_on(tmp_path):
     config = fmnist_config(tmp_path, rounds=2)
     seen = []

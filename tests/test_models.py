@@ -8,7 +8,7 @@ from pflcore.models import MODELS, SplitModel, build_model
 
 
 @pytest.mark.parametrize("name,channels,size,feature_dim,params", [
-    ("fedpac_cnn", 1, 28, 128, 117_066),   # FedPAC appendix B.1 (performance.md: 117k)
+    ("fedpac_cnn", 1, 28, 128, 117_066),   # FedPAC appendix B.1 (117k)
     ("fedpac_cnn", 3, 32, 128, 107_690),   # (108k)
     ("fedcp_cnn", 1, 28, 512, None),
     ("fedcp_cnn", 3, 32, 512, None),

@@ -1,7 +1,7 @@
 """FedPAC (Xu, Tong, Huang, ICLR 2023): feature alignment to global class centroids and
 classifier collaboration through a per-client quadratic programme.
 
-Client round (paper Algorithm 1; details settled in ``shared/design/algorithms.md``):
+Client round (paper Algorithm 1, as the authors' code runs it):
 statistics of the received model (class means, prior, the variance term v and
 h_k = pi_k mu_k, section 4.2 / appendix A.5), one head epoch at eta_g with the body
 frozen, E body epochs on CE + lambda * MSE(z, global centroid of y) with the head frozen

@@ -1,4 +1,4 @@
-"""The ONE evaluation (algorithms.md, "Evaluation, one definition for every method").
+"""The ONE evaluation, the same definition for every method.
 
 For each client: the model that client would use for inference at this point (its
 personal model for personalised methods, the global model otherwise) scored on its own

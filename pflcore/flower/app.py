@@ -173,7 +173,7 @@ def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
 def query_partitions(grid: Grid, nodes: list[int], timeout: float | None) -> dict[int, int | None]:
     """One QUERY round: each answering node's ``partition-id`` (``None`` where it has none).
     Nodes that do not answer in time are left out."""
-    messages = [Message(RecordDict({JOB: ConfigRecord({"ask": "partition-id"})}), dst_node_id=n,
+    messages = [Message(RecordDict({NODE: ConfigRecord({"ask": "partition-id"})}), dst_node_id=n,
                         message_type=MessageType.QUERY) for n in nodes]
     replies = grid.send_and_receive(messages, timeout=timeout)
     out: dict[int, int | None] = {}

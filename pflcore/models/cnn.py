@@ -5,7 +5,8 @@ are personal (head) and which are shared (body) is decided here, never by string
 matching in an algorithm.
 
 Max-pooling is applied *before* the (Leaky)ReLU: both are monotone, so the result is
-identical to the papers' conv -> act -> pool order and cheaper (performance.md).
+identical to the papers' conv -> act -> pool order and cheaper (pooling first halves the
+activation's work).
 """
 from __future__ import annotations
 

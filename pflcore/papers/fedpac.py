@@ -22,8 +22,9 @@ FEDPAC_LR = {"fmnist": 0.01, "emnist": 0.01, "mnist": 0.01, "cifar10": 0.02, "ci
 
 
 def fedpac_config(method: str, dataset: str = "fmnist", num_clients: int = 20, **changes: Any) -> ExperimentConfig:
-    """A run in FedPAC's setting for ``dataset`` and ``num_clients``; ``changes`` override
-    any field (``partition`` entries are merged into the default partition)."""
+    """A run in FedPAC's setting for ``dataset`` and ``num_clients``, with the method's
+    hyperparameters as FedPAC chose them (:data:`FEDPAC_METHOD_PARAMS`); ``changes``
+    override any field (``partition`` entries are merged into the default partition)."""
     emnist = dataset == "emnist"
     values: dict[str, Any] = dict(
         method=method, dataset=dataset, model="fedpac_cnn", num_clients=num_clients, rounds=200,
@@ -32,12 +33,24 @@ def fedpac_config(method: str, dataset: str = "fmnist", num_clients: int = 20, *
         participation=1.0 if num_clients <= 20 else 0.3, full_last_round=num_clients > 20,
         partition={"kind": "dominant", "s": 0.2, "samples_per_client": 1000 if emnist else 600},
     )
+    if "method_params" not in changes and method in FEDPAC_METHOD_PARAMS:
+        values["method_params"] = FEDPAC_METHOD_PARAMS[method]
     partition = changes.pop("partition", None)
     if partition:
         values["partition"] = partition if "kind" in partition and partition["kind"] != "dominant" \
             else {**values["partition"], **partition}
     values.update(changes)
     return ExperimentConfig.from_dict(values)
+
+
+#: The baselines' hyperparameters FedPAC chose (appendix B: Ditto lambda 1; pFedMe lambda
+#: 10 and K = 5; pFedHN server and client learning rates 0.01), used by
+#: :func:`fedpac_config` unless ``method_params`` is given.
+FEDPAC_METHOD_PARAMS: dict[str, dict[str, Any]] = {
+    "ditto": {"lam": 1.0},
+    "pfedme": {"lam": 10.0, "inner_steps": 5},
+    "pfedhn": {"server_lr": 0.01},
+}
 
 
 #: FedPAC Table 2's ablation: method_params for each row ("Both" is FedPAC itself).
