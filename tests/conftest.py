@@ -2,6 +2,8 @@
 trains in well under a second per round."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pflcore.config import ExperimentConfig
@@ -22,3 +24,12 @@ def tiny_config(tmp_path, **changes) -> ExperimentConfig:
 @pytest.fixture
 def make_config(tmp_path):
     return lambda **changes: tiny_config(tmp_path, **changes)
+
+
+def alive(pid: int) -> bool:
+    """A live process, not a zombie waiting for its new parent to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] not in "ZX"

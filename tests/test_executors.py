@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import alive
 from pflcore.algorithms import ALGORITHMS
 from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data
@@ -236,22 +237,14 @@ def test_busy_workers_exit_when_their_parent_is_killed(tmp_path, mode):
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        while time.monotonic() < deadline and any(alive(pid) for pid in pids):
             time.sleep(0.1)
-        assert not [pid for pid in pids if _alive(pid)], "worker processes outlived their killed parent"
+        assert not [pid for pid in pids if alive(pid)], "worker processes outlived their killed parent"
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
         for pid in pids:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
-
-def _alive(pid: int) -> bool:
-    """A live process, not a zombie waiting for its new parent to reap it."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2] not in "ZX"

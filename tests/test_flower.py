@@ -30,7 +30,7 @@ import torch
 flwr = pytest.importorskip("flwr", reason="the Flower extra is not installed (pip install -e .[flower])")
 
 import pflcore  # noqa: E402
-from conftest import tiny_config  # noqa: E402
+from conftest import alive, tiny_config  # noqa: E402
 from pflcore import ExperimentConfig  # noqa: E402
 from pflcore.algorithms import ALGORITHMS  # noqa: E402
 from pflcore.engine.jobs import COLLECT, EVALUATE, TRAIN, ClientJob  # noqa: E402
@@ -394,14 +394,7 @@ def check_deployment(tmp_path: Path):
         assert abs(result.summary["acc_mean"] - here.summary["acc_mean"]) <= ACC_TOL
         assert all("failed" not in h for h in result.history)
     finally:
-        alive = [pid for pid in info.get("stopped_pids", []) if _alive(pid)]
-        assert not alive, f"processes left running: {alive}"
+        running = [pid for pid in info.get("stopped_pids", []) if alive(pid)]
+        assert not running, f"processes left running: {running}"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2] not in "ZX"
 
