@@ -18,7 +18,7 @@ import torch
 
 import pflcore.engine.simulation as simulation
 from pflcore.engine import run
-from pflcore.engine.results import LOCK_NAME, ResultsError, RunResult, atomic_write_json
+from pflcore.engine.results import LOCK_NAME, ResultsError, RunDirectory, RunResult, atomic_write_json
 
 
 def one_sentence(message: str) -> bool:
@@ -199,6 +199,33 @@ else:
 """
 
 
+def _runs_as_nobody() -> bool:
+    """Whether an unprivileged user (uid 65534) can start this Python with pflcore."""
+    try:
+        return subprocess.run([sys.executable, "-c", "import pflcore"], user=65534, capture_output=True,
+                              timeout=120, cwd="/").returncode == 0
+    except (PermissionError, OSError):
+        return False
+
+
+def test_unwritable_output_dir_is_refused_in_one_sentence(make_config, monkeypatch, tmp_path):
+    """Where creating the probe folder is refused (a read-only folder for a user without
+    root), the run is refused before any work, naming the folder."""
+    real = tempfile.mkdtemp
+
+    def refuse(*args, **kwargs):
+        if str(kwargs.get("dir", "")).startswith(str(tmp_path / "ro")):
+            raise PermissionError(13, "Permission denied")
+        return real(*args, **kwargs)
+
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    with pytest.raises(ValueError, match="cannot write results in") as info:
+        RunDirectory(make_config(output_dir=str(tmp_path / "ro" / "results")))
+    assert one_sentence(str(info.value))
+    assert list((tmp_path / "ro").iterdir()) == []
+
+
 def test_read_only_output_dir_is_refused(make_config):
     """Root writes through mode bits, so as root the check runs in a child without root."""
     base = Path(tempfile.mkdtemp(prefix="pflcore-ro-"))
@@ -208,6 +235,8 @@ def test_read_only_output_dir_is_refused(make_config):
         os.chmod(base / "ro", 0o555)
         cfg = make_config(output_dir=str(base / "ro" / "results"))
         as_root = os.geteuid() == 0
+        if as_root and not _runs_as_nobody():
+            pytest.skip("this Python is not reachable by an unprivileged user (it lies in a private folder)")
         proc = subprocess.run([sys.executable, "-c", READ_ONLY_CHILD, json.dumps(cfg.to_dict())],
                               capture_output=True, text=True, cwd=base, timeout=120,
                               env={**os.environ, "HOME": str(base)}, **({"user": 65534} if as_root else {}))
