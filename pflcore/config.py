@@ -90,6 +90,14 @@ class ExperimentConfig:
         ignored = {"name", "output_dir", "quiet", "checkpoint_every", "data_root", "device", "workers"}
         payload = {k: v for k, v in self.to_dict().items() if k not in ignored and v is not None}
         payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
+        if self.dataset == "pfllib" and self.data_root is not None:
+            # the data is the folder's: two PFLlib folders must not share results (its
+            # config.json lists every client's label counts, so it identifies the partition)
+            described = Path(self.data_root).expanduser() / "config.json"
+            try:
+                payload["data"] = hashlib.sha256(described.read_bytes()).hexdigest()
+            except OSError:
+                payload["data"] = str(Path(self.data_root).expanduser().resolve())
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
     def run_name(self) -> str:
@@ -100,7 +108,8 @@ class ExperimentConfig:
         """Check every field; raise ConfigError with one sentence on the first bad one."""
         from .algorithms import ALGORITHMS
         from .data.partition import PARTITIONERS, PartitionError, validate_partition_args
-        from .data.sources import DATASETS, canonical_name
+        from .data.sources import (DATASETS, DatasetCorruptError, DatasetNotFoundError, canonical_name,
+                                   dataset_shape)
         from .models import MODELS
 
         def bad(name: str, allowed: str) -> ConfigError:
@@ -122,7 +131,13 @@ class ExperimentConfig:
                 raise bad("data_root", f"the path {what}; give an existing folder, or null to search the usual places")
         if not isinstance(self.model, str) or self.model not in MODELS:
             raise bad("model", f"choose one of {sorted(MODELS)}")
-        problem = model_problem(self.model, canonical_name(self.dataset))
+        try:  # most shapes are declared; a PFLlib folder's is read from its files (cheaply)
+            shape = dataset_shape(self.dataset, self.data_root)
+        except DatasetNotFoundError as exc:
+            raise bad("data_root", str(exc).rstrip(".")) from None
+        except DatasetCorruptError as exc:
+            raise bad("data_root", f"the {self.dataset} files there cannot be read ({str(exc).rstrip('.')})") from None
+        problem = model_problem(self.model, canonical_name(self.dataset), shape)
         if problem:
             raise bad("model", problem)
         if not isinstance(self.partition, dict) or not isinstance(self.partition.get("kind"), str) \
@@ -220,15 +235,16 @@ def device_problem(device: Any) -> str | None:
     return None
 
 
-def model_problem(model: str, dataset: str) -> str | None:
+def model_problem(model: str, dataset: str, shape: tuple[int, int, int] | None = None) -> str | None:
     """Why ``model`` cannot take ``dataset``'s images (None if it can): one forward pass of
-    an image of the dataset's shape on PyTorch's meta device, which computes shapes only."""
+    an image of the dataset's shape (``shape``, else its declared one) on PyTorch's meta
+    device, which computes shapes only."""
     import torch
 
     from .data.sources import SHAPES
     from .models import build_model
 
-    channels, size, classes = SHAPES[dataset]
+    channels, size, classes = shape or SHAPES[dataset]
     try:
         with torch.device("meta"):
             build_model(model, channels, classes, size)(torch.empty(2, channels, size, size))

@@ -81,6 +81,9 @@ CASES: list[tuple[str, str, int | None, dict[str, Any], bool]] = [
     ("natural-train", "natural", None, {"train_ids": _ids(N_TRAIN, 6, 7)}, True),
     ("natural-pooled", "natural", None, {"ids": _ids(POOLED.size, 6, 8)}, True),
     ("natural-both", "natural", 6, {"train_ids": _ids(N_TRAIN, 6, 9), "test_ids": _ids(TEST.size, 6, 10)}, False),
+    ("given", "given", 6, {"train_owners": _ids(N_TRAIN, 6, 11), "test_owners": _ids(TEST.size, 6, 12)}, False),
+    ("pfllib-dirichlet", "pfllib_dirichlet", 20, {"alpha": 0.5}, True),
+    ("pfllib-pathological", "pfllib_pathological", 20, {"classes_per_client": 2}, True),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -139,7 +142,7 @@ def test_seed_determinism(case: tuple) -> None:
     assert a == b
     assert all(np.array_equal(x, y) for x, y in zip(a.train, b.train))
     assert all(np.array_equal(x, y) for x, y in zip(a.test, b.test))
-    if case[0] == "natural-both":  # fully determined by the ids: nothing random
+    if case[0] in ("natural-both", "given"):  # fully determined by the ids: nothing random
         return
     assert any(not np.array_equal(x, y) for x, y in zip(a.train + a.test, c.train + c.test))
 
@@ -150,7 +153,7 @@ def test_json_round_trip_and_params(case: tuple) -> None:
     back = Partition.from_dict(json.loads(json.dumps(p.to_dict())))
     assert back == p
     assert p.params["seed"] == 5 and p.params["num_clients"] == p.num_clients
-    if case[1] != "natural":  # params reproduce the partition exactly
+    if case[1] not in ("natural", "given"):  # params reproduce the partition exactly (ids are summarised)
         assert make_partition(p.kind, TRAIN, TEST, **p.params) == p
 
 

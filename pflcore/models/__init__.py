@@ -4,12 +4,14 @@ from __future__ import annotations
 from typing import Callable
 
 from .cnn import SplitModel, fedcp_cnn, fedfa_cnn, fedpac_cnn, mlp
+from .resnet import fedfa_resnet18, resnet18, resnet18_gn
 
 MODELS: dict[str, Callable[..., SplitModel]] = {
     "fedpac_cnn": fedpac_cnn,
     "fedcp_cnn": fedcp_cnn,
     "fedfa_cnn": fedfa_cnn,
     "mlp": mlp,
+    "resnet18": resnet18, "resnet18_gn": resnet18_gn, "fedfa_resnet18": fedfa_resnet18,
 }
 
 

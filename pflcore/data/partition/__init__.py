@@ -26,7 +26,9 @@ Conventions (all partitioners):
 
 Kinds (:data:`KINDS`, one module each in this package, holding its partitioner and its
 label-free check): ``dominant``, ``pathological``, ``dirichlet``, ``iid``, ``quantity``,
-``natural``; plus the transform :func:`subsample`.  A new kind is a new module defining
+``natural``, ``given`` (the split a dataset came with), ``pfllib_dirichlet`` and
+``pfllib_pathological`` (PFLlib's generators, as FedCP used them); plus the transform
+:func:`subsample`.  A new kind is a new module defining
 ``KIND = PartitionKind(name, partition=..., check=...)`` plus its name in ``_KIND_MODULES``.
 """
 
@@ -67,7 +69,10 @@ __all__ = [
 ]
 
 #: The kind modules of this package, in registry order (each defines ``KIND``).
-_KIND_MODULES = ("dominant", "pathological", "dirichlet", "iid", "quantity", "natural")
+_KIND_MODULES = (
+    "dominant", "pathological", "dirichlet", "iid", "quantity", "natural", "given", "pfllib_dirichlet",
+    "pfllib_pathological",
+)
 
 
 def _collect(modules: tuple[str, ...]) -> dict[str, PartitionKind]:

@@ -532,3 +532,18 @@ def single_pool_draw(
     train, rec_train = draw_from_pools([train_pool], train_sizes[:, None], ctx.rng)
     test, rec_test = draw_from_pools([test_pool], test_sizes[:, None], ctx.rng)
     return train, test, {"recycled_train": rec_train, "recycled_test": rec_test}
+
+
+def split_unstratified(
+    members: Sequence[np.ndarray], train_fraction: float, rng: np.random.Generator
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """PFLlib's per-client split (FedCP section 4: 75/25 per client): each client's
+    samples shuffled, the first ``floor(train_fraction * n)`` for training and the rest for
+    testing, with no regard to class (scikit-learn's ``train_test_split(train_size=...)``)."""
+    train, test = [], []
+    for idx in members:
+        t = int(math.floor(train_fraction * idx.size))
+        shuffled = rng.permutation(idx)
+        train.append(np.sort(shuffled[:t]))
+        test.append(np.sort(shuffled[t:]))
+    return train, test

@@ -19,7 +19,8 @@ pooch into ``cache_dir()/<name>/``, checked against pinned MD5 checksums.
 Each dataset family is one module of this package, declaring a :class:`DatasetSource`
 (probe, parser, pinned download, shape): ``idx`` (Fashion-MNIST, MNIST), ``emnist``
 (IDX files or the official ``gzip.zip``), ``cifar`` (the python pickles, folder or
-``.tar.gz``), ``cinic`` (the CINIC-10 PNG folders) and ``digits`` (scikit-learn's).
+``.tar.gz``), ``cinic`` (the CINIC-10 PNG folders), ``digits`` (scikit-learn's) and
+``pfllib`` (a dataset already split into clients, in PFLlib's format).
 :data:`_SOURCES` below lists them. A damaged or truncated file raises
 :class:`DatasetCorruptError` naming it; nothing is ever half-loaded.
 
@@ -36,7 +37,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cifar, cinic, digits, emnist, idx
+from . import cifar, cinic, digits, emnist, idx, pfllib, tinyimagenet
 from .common import (
     Dataset,
     DatasetCorruptError,
@@ -60,20 +61,24 @@ __all__ = [
     "cache_dir",
     "canonical_name",
     "clear_cache",
+    "dataset_shape",
     "load_dataset",
 ]
 
 #: Every dataset, in this order: the one place that lists them.
 _SOURCES: dict[str, DatasetSource] = {
     s.name: s
-    for s in (idx.FMNIST, idx.MNIST, emnist.EMNIST, cifar.CIFAR10, cifar.CIFAR100, cinic.CINIC10, digits.DIGITS)
+    for s in (idx.FMNIST, idx.MNIST, emnist.EMNIST, cifar.CIFAR10, cifar.CIFAR100, cinic.CINIC10, digits.DIGITS,
+              tinyimagenet.TINYIMAGENET,
+              pfllib.PFLLIB)
 }
 
 DATASETS: tuple[str, ...] = tuple(_SOURCES)
 
 #: Image shape (channels, height = width) and number of classes of each dataset, known
-#: before loading it: the config is checked against them before any work.
-SHAPES: dict[str, tuple[int, int, int]] = {name: s.shape for name, s in _SOURCES.items()}
+#: before loading it: the config is checked against them before any work. None where the
+#: shape is the files' own (``pfllib``): :func:`dataset_shape` reads it from the folder.
+SHAPES: dict[str, tuple[int, int, int] | None] = {name: s.shape for name, s in _SOURCES.items()}
 
 # ----------------------------------------------------------------------------- settings
 # Read at call time (the dataset modules read theirs through this package), so
@@ -269,3 +274,25 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, download
         if found is None:
             raise _not_found(name, bases, f"the download into {target} did not produce the expected files")
     return _load_found(found)
+
+
+def dataset_shape(name: str, root: str | os.PathLike[str] | None = None) -> tuple[int, int, int]:
+    """(channels, image size, number of classes) of a dataset, before loading it.
+
+    Most datasets declare it (:data:`SHAPES`); one whose shape is its files' own
+    (``pfllib``) is located as :func:`load_dataset` would (only in ``root`` when one is
+    given) and its shape read cheaply. Raises :class:`DatasetNotFoundError` when no copy is
+    found and :class:`DatasetCorruptError` when the files cannot be read.
+    """
+    name = canonical_name(name)
+    source = _SOURCES[name]
+    if source.shape is not None:
+        return source.shape
+    assert source.shape_of is not None
+    bases = [("root=", Path(root).expanduser())] if root is not None else _search_bases(name, None)
+    found = _locate(name, bases)
+    if found is None:
+        where = f"data root {str(root)!r}" if root is not None else "PFL_DATA or the cache"
+        raise DatasetNotFoundError(f"nothing in {where} is {source.provide}; set data_root (or PFL_DATA) "
+                                   "to that folder.")
+    return source.shape_of(found)

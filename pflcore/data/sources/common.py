@@ -43,6 +43,9 @@ class Dataset:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     classes: tuple[str, ...] | None = None
+    #: (train owner ids, test owner ids): the client each sample came with, for a dataset
+    #: shipped already federated (PFLlib's format); None otherwise.
+    owners: tuple[np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         for split, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
@@ -56,6 +59,8 @@ class Dataset:
             raise ValueError("mean and std need one value per channel")
         if self.classes is not None and len(self.classes) != self.num_classes:
             raise ValueError("classes must have num_classes names")
+        if self.owners is not None and tuple(len(o) for o in self.owners) != (self.num_train, self.num_test):
+            raise ValueError("owners must hold one client id per train sample and one per test sample")
 
     @property
     def in_channels(self) -> int:
@@ -115,7 +120,9 @@ class Download:
 class DatasetSource:
     """One dataset, as registered in :data:`pflcore.data.sources.DATASETS`.
 
-    ``shape`` is ``(channels, image size, number of classes)``, known before loading.
+    ``shape`` is ``(channels, image size, number of classes)``, known before loading; a
+    dataset whose shape depends on its files has ``shape=None`` and
+    ``shape_of(found) -> shape``, a cheap look at the located copy.
     ``aliases`` are further accepted names (lower case, without '-', '_' or spaces).
     A dataset read from files has ``probe(name, folder) -> Found | None`` (is a complete
     copy directly in ``folder``?), ``load(found) -> Dataset``, the conventional
@@ -126,7 +133,7 @@ class DatasetSource:
     """
 
     name: str
-    shape: tuple[int, int, int]
+    shape: tuple[int, int, int] | None
     aliases: tuple[str, ...] = ()
     probe: Callable[[str, Path], Found | None] | None = None
     load: Callable[[Found], Dataset] | None = None
@@ -135,6 +142,7 @@ class DatasetSource:
     download: Download | None = None
     builtin: Callable[[], Dataset] | None = None
     clear: Callable[[], None] | None = None
+    shape_of: Callable[[Found], tuple[int, int, int]] | None = None
 
 
 def package() -> ModuleType:
