@@ -81,6 +81,10 @@ def test_summary_statistics_match_client_arrays(make_config):
     assert result.summary["acc_std"] == pytest.approx(100 * acc.std())
     assert result.summary["acc_weighted"] == pytest.approx(100 * (acc * sizes).sum() / sizes.sum())
     assert result.summary["best_acc_mean"] == pytest.approx(max(h["acc_mean"] for h in result.history))
+    # the best round's pooled accuracy (FedCP's metric), from the per-client arrays
+    pooled = 100 * (result.acc_history * sizes).sum(1) / sizes.sum()
+    assert result.summary["best_acc_weighted"] == pytest.approx(pooled.max())
+    assert result.summary["best_weighted_round"] == result.eval_rounds[int(pooled.argmax())]
 
 
 def test_eval_every_and_always_at_end(make_config):

@@ -6,21 +6,27 @@ from typing import Any
 from .base import Algorithm, Client, FederationInfo, Param, ServerContext
 from .ccvr import CCVR
 from .ditto import Ditto
+from .fedamp import FedAMP
 from .fedavg import FedAvg
 from .fedavg_ft import FedAvgFT
 from .fedbabu import FedBABU
+from .fedcp import FedCP
+from .fedfomo import FedFomo
 from .fedpac import FedPAC
+from .fedphp import FedPHP
 from .fedper import FedPer
 from .fedprox import FedProx
 from .fedrep import FedRep
+from .fedrod import FedRoD
 from .lg_fedavg import LGFedAvg
 from .local import Local
+from .perfedavg import PerFedAvg
 from .pfedhn import PFedHN
 from .pfedme import PFedMe
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC,
-                              Ditto, PFedMe, PFedHN, CCVR)
+                              Ditto, PFedMe, PFedHN, CCVR, FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD)
 }
 
 

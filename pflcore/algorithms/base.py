@@ -52,6 +52,8 @@ class FederationInfo:
     train_sizes: tuple[int, ...]
     seed: int
     settings: TrainSettings
+    rounds: int = 0             # T, the run's rounds (0: unknown)
+    participation: float = 1.0  # C, the fraction of clients sampled per round
 
 
 TRAIN, EVALUATE, COLLECT = "train", "evaluate", "collect"  # the purposes of a payload (job kinds)

@@ -43,9 +43,14 @@ class MethodFailureWarning(UserWarning):
 
 
 def build_data(config: ExperimentConfig) -> FederatedData:
-    """Load the dataset and partition it as the config says (deterministic in the seed)."""
+    """Load the dataset and partition it as the config says (deterministic in the seed).
+
+    Kind ``given`` gets the client of each sample from the dataset (``Dataset.owners``, a
+    dataset shipped already federated such as ``pfllib``); any other kind re-partitions it."""
     dataset = load_dataset(config.dataset, root=config.data_root)
     params = {k: v for k, v in config.partition.items() if k not in ("kind", "subsample")}
+    if config.partition["kind"] == "given":
+        params["train_owners"], params["test_owners"] = dataset.owners or (None, None)
     partition = make_partition(config.partition["kind"], dataset.train_y.numpy(), dataset.test_y.numpy(),
                                config.num_clients, seed=config.seed, num_classes=dataset.num_classes, **params)
     if config.partition.get("subsample", 1.0) < 1.0:
@@ -83,7 +88,7 @@ class Simulation:
         self.settings = train_settings(config)
         self.model = initial_model(config, data)
         self.info = FederationInfo(data.num_clients, data.num_classes, tuple(int(n) for n in data.train_sizes),
-                                   config.seed, self.settings)
+                                   config.seed, self.settings, config.rounds, config.participation)
         self.state = self.algorithm.init(copy.deepcopy(self.model), self.info)
         self.client_states: dict[int, dict[str, Any]] = {}
         self.worker = ClientWorker.for_run(config, data, self.algorithm, self.model)
@@ -292,12 +297,15 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
             failure_counters: Iterable[str] = ()) -> RunResult:
     accs = np.asarray(acc_history, dtype=np.float64)
     means = np.array([h["acc_mean"] for h in history if "acc_mean" in h])
-    best = int(np.nanargmax(means))
+    pooled = np.array([h["acc_weighted"] for h in history if "acc_weighted" in h])
+    best, best_pooled = int(np.nanargmax(means)), int(np.nanargmax(pooled))
     last = history[-1]
     summary = {
         "method": config.method, "dataset": config.dataset, "num_clients": data.num_clients,
         "acc_mean": last["acc_mean"], "acc_std": last["acc_std"], "acc_weighted": last["acc_weighted"],
         "best_acc_mean": float(means[best]), "best_round": int(eval_rounds[best]),
+        # FedCP's and PFLlib's metric: the best evaluated round's sample-weighted (pooled) accuracy
+        "best_acc_weighted": float(pooled[best_pooled]), "best_weighted_round": int(eval_rounds[best_pooled]),
         "final_train_loss": last["train_loss"], "rounds": config.rounds, "seconds": seconds,
         "status": "finished",
     }

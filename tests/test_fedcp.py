@@ -1,0 +1,194 @@
+"""FedCP's defining behaviour on tiny problems (Zhang et al., KDD 2023, section 3)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pflcore.algorithms.fedcp import ConditionalPolicyNetwork, FedCP
+from pflcore.algorithms.losses import MMD_BANDWIDTHS, rbf_mmd
+from pflcore.engine import Simulation, build_data
+
+
+def advance(sim: Simulation, rounds: int) -> Simulation:
+    for r in range(rounds):
+        sim.run_round(r)
+    return sim
+
+
+def forced_policy(cpn: ConditionalPolicyNetwork, personal: float) -> None:
+    """Make the CPN output the constant policy s = ``personal`` (exactly 0 or 1 in float32):
+    the last linear layer outputs zeros, so LayerNorm returns its bias."""
+    last = [m for m in cpn.net if isinstance(m, torch.nn.Linear)][-1]
+    norm = [m for m in cpn.net if isinstance(m, torch.nn.LayerNorm)][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.zero_()
+        d = cpn.dim
+        norm.bias[:d] = 200.0 if personal else 0.0  # index 0: s (personal)
+        norm.bias[d:] = 0.0 if personal else 200.0  # index 1: r (global)
+
+
+def fedcp_network(make_config, **params):
+    sim = Simulation(make_config(method="fedcp", method_params=params), build_data(make_config()))
+    payload = sim.algorithm.payload(sim.state, 0, "evaluate")
+    client = sim.client(0, 0, 12)
+    return sim, payload, client
+
+
+@pytest.mark.parametrize("personal", [1.0, 0.0])
+def test_a_forced_policy_selects_one_head(make_config, personal):
+    """s = 1: the personal head alone reads h (the global head sees zeros, leaving its bias);
+    s = 0: the global head alone."""
+    sim, payload, client = fedcp_network(make_config)
+    net = sim.algorithm.predictor(payload, client).eval()
+    forced_policy(net.cpn, personal)
+    with torch.no_grad():
+        torch.nn.init.normal_(net.global_head.weight)  # heads that differ
+        x = client.x[:16]
+        h = net.body(x)
+        logits, _, s = net.outputs(x)
+    assert torch.equal(s, torch.full_like(s, personal))
+    if personal:
+        expected = net.head(h) + net.global_head.bias
+    else:
+        expected = net.head.bias + net.global_head(h)
+    torch.testing.assert_close(logits, expected)
+
+
+def test_mmd_is_zero_for_identical_batches_and_matches_a_hand_computation():
+    x = torch.randn(6, 5)
+    assert abs(float(rbf_mmd(x, x.clone()))) < 1e-6
+    # one point each, at distance 1: K_xx = K_yy = 4 (four bandwidths), K_xy = sum_a exp(-1 / (2a))
+    value = float(rbf_mmd(torch.tensor([[0.0, 0.0]]), torch.tensor([[1.0, 0.0]])))
+    assert value == pytest.approx(8 - 2 * sum(math.exp(-1 / (2 * a)) for a in MMD_BANDWIDTHS), rel=1e-6)
+    # two points each: the biased estimator keeps the diagonals
+    a, b = torch.tensor([[0.0], [2.0]]), torch.tensor([[1.0], [1.0]])
+    k = lambda d2: sum(math.exp(-d2 / (2 * s)) for s in MMD_BANDWIDTHS)  # noqa: E731
+    kxx = (k(0) * 2 + k(4) * 2) / 4
+    kyy = k(0)
+    kxy = k(1)
+    assert float(rbf_mmd(a, b)) == pytest.approx(kxx + kyy - 2 * kxy, abs=1e-6)  # float32 cancellation
+
+
+def test_conditional_input_changes_only_after_a_round_the_client_took_part_in(make_config):
+    config = make_config(method="fedcp", participation=0.5, rounds=4)
+    sim = Simulation(config, build_data(make_config()))
+    initial = sim.state["contexts"].clone()
+    seen: dict[int, torch.Tensor] = {}
+    for r in range(4):
+        before = {c: sim.client_states.get(c, {}).get("context") for c in range(4)}
+        ids = set(int(c) for c in sim.participants(r))
+        sim.run_round(r)
+        for c in range(4):
+            after = sim.client_states.get(c, {}).get("context")
+            if c in ids:  # v_i = column sums of the personal head's weight after training
+                head = sim.client_states[c]["head"]["weight"]
+                assert torch.equal(after, head.sum(0, keepdim=True))
+                seen[c] = after
+            else:
+                assert (after is None and before[c] is None) or torch.equal(after, before[c])
+    never = [c for c in range(4) if c not in seen]
+    for c in never:  # a client that never took part still predicts with its initial uniform v_i
+        assert torch.equal(sim.algorithm.payload(sim.state, c)["context"], initial[c])
+    assert ((initial >= 0) & (initial < 1)).all()
+
+
+def test_upload_is_body_mixed_head_and_cpn_and_the_personal_head_stays(make_config):
+    sim = Simulation(make_config(method="fedcp"), build_data(make_config()))
+    payload = sim.algorithm.payload(sim.state, 1, "train")
+    client = sim.client(1, 0, 11)
+    update = sim.algorithm.local_update(payload, client)
+    assert set(update) == {"body", "head", "cpn", "num_samples", "loss", "pir"}
+    personal = client.state["head"]
+    for key in ("weight", "bias"):
+        torch.testing.assert_close(update["head"][key], 0.5 * personal[key] + 0.5 * payload["head"][key])
+    assert not torch.equal(personal["weight"], payload["head"]["weight"])
+    assert 0.0 < update["pir"] < 1.0
+
+
+def test_server_averages_each_module_by_train_size(make_config):
+    sim = Simulation(make_config(method="fedcp"), build_data(make_config()))
+    updates = {}
+    for cid, n in ((0, 1), (2, 3)):
+        t = {k: torch.full_like(v, float(cid)) for k, v in sim.state["cpn"].items()}
+        updates[cid] = {"body": {k: torch.full_like(v, float(cid)) for k, v in sim.state["body"].items()},
+                        "head": {k: torch.full_like(v, float(cid)) for k, v in sim.state["head"].items()},
+                        "cpn": t, "num_samples": n, "loss": 0.0, "pir": 0.5}
+    new = sim.algorithm.aggregate(sim.state, updates, sim.server_context(0))
+    for part in ("body", "head", "cpn"):
+        for v in new[part].values():
+            assert torch.allclose(v, torch.full_like(v, 1.5))  # (0 * 1 + 2 * 3) / 4
+    assert float(new["pir"][0]) == 0.5 and math.isnan(float(new["pir"][1]))
+
+
+def test_without_cpn_global_head_and_alignment_fedcp_is_fedper(make_config):
+    """Table 1's last row, w.o. CPN&GFM&GH, is FedPer: the same models bit for bit."""
+    params = {"use_cpn": False, "global_head": False, "lam": 0.0}
+    fedcp = advance(Simulation(make_config(method="fedcp", method_params=params), build_data(make_config())), 3)
+    fedper = advance(Simulation(make_config(method="fedper"), build_data(make_config())), 3)
+    for key, tensor in fedper.state["body"].items():
+        assert torch.equal(fedcp.state["body"][key], tensor), key
+    for cid in range(4):
+        for key, tensor in fedper.client_states[cid]["head"].items():
+            assert torch.equal(fedcp.client_states[cid]["head"][key], tensor)
+    np.testing.assert_array_equal(fedcp.evaluate(3), fedper.evaluate(3))
+
+
+def test_stale_modules_match_the_fix_under_full_participation_and_differ_under_partial(make_config):
+    def final(participation: float, stale: bool) -> dict:
+        config = make_config(method="fedcp", participation=participation, rounds=4,
+                             method_params={"stale_modules": stale})
+        return advance(Simulation(config, build_data(make_config())), 4)
+
+    full, full_stale = final(1.0, False), final(1.0, True)
+    for part in ("body", "head", "cpn"):
+        assert all(torch.equal(full.state[part][k], v) for k, v in full_stale.state[part].items())
+    part, part_stale = final(0.5, False), final(0.5, True)
+    assert any(not torch.equal(part.state["cpn"][k], v) for k, v in part_stale.state["cpn"].items())
+    # the stale variant keeps one version per round a client last took part in, nothing more
+    assert set(part_stale.state["versions"]) == {str(int(r)) for r in part_stale.state["received"]}
+
+
+def test_gumbel_noise_only_in_training_by_default(make_config):
+    sim, payload, client = fedcp_network(make_config)
+    net = sim.algorithm.predictor(payload, client).eval()
+    x = client.x[:8]
+    assert torch.equal(net(x), net(x))  # plain softmax at evaluation
+    sim2, payload2, client2 = fedcp_network(make_config, gumbel_eval=True)
+    noisy = sim2.algorithm.predictor(payload2, client2).eval()
+    assert not torch.equal(noisy(x), noisy(x))
+
+
+@pytest.mark.parametrize("variant, count", [({}, 0.527), ({"cpn_layers": 2}, 0.790), ({"cpn_layers": 3}, 1.052),
+                                            ({"cpn_layers": 4}, 1.315)])
+def test_cpn_variants_have_the_papers_parameter_counts(variant, count):
+    """Appendix C (d = 512): 1 FC (with LayerNorm) 0.527M, 2 FC 0.790M, 3 FC 1.052M, 4 FC 1.315M."""
+    cpn = FedCP(**variant)._cpn(512)
+    assert sum(p.numel() for p in cpn.parameters()) / 1e6 == pytest.approx(count, abs=0.001)
+
+
+@pytest.mark.parametrize("params", [{"cpn_input": "h"}, {"cpn_input": "v"}, {"cpn_input": "random"},
+                                    {"lam": 0.0}, {"use_cpn": False}, {"use_cpn": False, "global_head": False},
+                                    {"cpn_norm": "batch"}, {"cpn_norm": "group", "cpn_activation": "sigmoid"}])
+def test_every_ablation_and_variant_trains(make_config, params):
+    sim = advance(Simulation(make_config(method="fedcp", method_params=params), build_data(make_config())), 2)
+    acc = sim.evaluate(2)
+    assert np.isfinite(acc).all()
+
+
+def test_policies_give_the_personal_share_per_sample(make_config):
+    sim = advance(Simulation(make_config(method="fedcp"), build_data(make_config())), 1)
+    payload = sim.algorithm.payload(sim.state, 0, "evaluate")
+    s = sim.algorithm.policies(payload, sim.client(0, 1, 12), sim.data.test[0].x)
+    assert s.shape == (len(sim.data.test[0]), sim.model.feature_dim)
+    assert ((s > 0) & (s < 1)).all()
+
+
+def test_batchnorm_cpn_skips_a_lone_sample_batch(make_config):
+    """A client whose last batch holds one sample still trains with the BatchNorm CPN."""
+    config = make_config(method="fedcp", batch_size=79, method_params={"cpn_norm": "batch"})  # 80 = 79 + 1
+    sim = advance(Simulation(config, build_data(make_config())), 1)
+    assert np.isfinite(sim.evaluate(1)).all()
