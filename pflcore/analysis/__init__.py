@@ -3,7 +3,7 @@
 from .curves import plot_curves, plot_sweep
 from .heatmaps import plot_weight_heatmaps, weight_matrix
 from .partition_plot import plot_partition
-from .tables import results_table, sweep_table
+from .tables import results_table, seeds_table, sweep_table
 
 __all__ = ["plot_curves", "plot_partition", "plot_sweep", "plot_weight_heatmaps", "results_table",
-           "sweep_table", "weight_matrix"]
+           "seeds_table", "sweep_table", "weight_matrix"]

@@ -1,17 +1,20 @@
 """Result tables: our numbers beside the paper's, with the difference."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..engine.results import RunResult
 
 
-def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] | None = None):
+def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] | None = None,
+                  metric: str = "acc_mean"):
     """A pandas DataFrame, one row per run: final mean +- std over clients, weighted mean,
-    best evaluated round's mean, seconds. With ``paper`` (label -> reported accuracy, e.g.
-    ``pflcore.papers.fedpac.FEDPAC_TABLE2["fmnist"]``) also the paper's number and ours
-    minus the paper's; the paper's rows we did not run are listed too, marked "not
-    implemented yet" or "not run", never silently dropped."""
+    best evaluated round's mean and pooled accuracy, seconds. With ``paper`` (label ->
+    reported accuracy, e.g. ``pflcore.papers.fedpac.FEDPAC_TABLE2["fmnist"]``) also the
+    paper's number and ``metric`` (the summary number the paper reports: ``acc_mean`` for
+    FedPAC's final mean over clients, ``best_acc_weighted`` for FedCP's best-round pooled
+    accuracy) minus the paper's; the paper's rows we did not run are listed too, marked
+    "not implemented yet" or "not run", never silently dropped."""
     import pandas as pd
 
     from ..algorithms import ALGORITHMS
@@ -21,10 +24,11 @@ def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] |
         s = res.summary
         row = {"method": label, "acc_mean": s["acc_mean"], "acc_std": s["acc_std"],
                "acc_weighted": s["acc_weighted"], "best_acc_mean": s["best_acc_mean"],
+               "best_acc_weighted": s.get("best_acc_weighted", float("nan")),
                "rounds": s["rounds"], "seconds": s["seconds"], "status": "ok"}
         if paper is not None:
             row["paper"] = paper.get(label, float("nan"))
-            row["diff"] = row["acc_mean"] - row["paper"]
+            row["diff"] = row[metric] - row["paper"]
         rows.append(row)
     for label, value in (paper or {}).items():
         if label not in results:
@@ -41,3 +45,33 @@ def sweep_table(results: Mapping[str, Mapping[float, RunResult]], xname: str):
                           for label, by_x in results.items()}).T
     table.columns.name = xname
     return table
+
+
+def seeds_table(results: Mapping[str, Sequence[RunResult]], paper: Mapping[str, float] | None = None,
+                metric: str = "best_acc_weighted"):
+    """Mean +- std over seeds, one row per method: ``metric`` (the number the paper reports,
+    e.g. FedCP's best-round pooled accuracy ``best_acc_weighted``) beside pflcore's one
+    evaluation (final round, unweighted mean over clients); with ``paper`` also the paper's
+    number and ours minus it. The paper's rows not run are listed ("not run" or "not
+    implemented yet"), never dropped."""
+    import numpy as np
+    import pandas as pd
+
+    from ..algorithms import ALGORITHMS
+
+    rows = []
+    for label, runs in results.items():
+        values = np.array([r.summary[metric] for r in runs], dtype=float)
+        final = np.array([r.summary["acc_mean"] for r in runs], dtype=float)
+        row = {"method": label, metric: values.mean(), f"{metric}_std": values.std(), "acc_mean": final.mean(),
+               "acc_mean_std": final.std(), "seeds": len(runs),
+               "rounds": runs[0].summary["rounds"] if runs else 0, "status": "ok"}
+        if paper is not None:
+            row["paper"] = paper.get(label, float("nan"))
+            row["diff"] = row[metric] - row["paper"]
+        rows.append(row)
+    for label, value in (paper or {}).items():
+        if label not in results:
+            status = "not run" if label in ALGORITHMS else "not implemented yet"
+            rows.append({"method": label, "paper": value, "status": status})
+    return pd.DataFrame(rows).set_index("method")
