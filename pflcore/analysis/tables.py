@@ -37,11 +37,12 @@ def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] |
     return pd.DataFrame(rows).set_index("method")
 
 
-def sweep_table(results: Mapping[str, Mapping[float, RunResult]], xname: str):
-    """Final mean accuracy (%) of each method (rows) at each swept value (columns)."""
+def sweep_table(results: Mapping[str, Mapping[float, RunResult]], xname: str, metric: str = "acc_mean"):
+    """``metric`` (default: final mean accuracy, %) of each method (rows) at each swept value
+    (columns); FedCP's tables use ``best_acc_weighted``."""
     import pandas as pd
 
-    table = pd.DataFrame({label: {x: r.summary["acc_mean"] for x, r in by_x.items()}
+    table = pd.DataFrame({label: {x: r.summary[metric] for x, r in by_x.items()}
                           for label, by_x in results.items()}).T
     table.columns.name = xname
     return table
