@@ -33,3 +33,15 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state[state.rindex(")") + 2] not in "ZX"
+
+
+def advance(sim, rounds: int):
+    """Run rounds 0 .. rounds-1 of a Simulation; returns it."""
+    for r in range(rounds):
+        sim.run_round(r)
+    return sim
+
+
+def strip(history: list[dict]) -> list[dict]:
+    """A run's per-round records without their timings (which differ between runs)."""
+    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]

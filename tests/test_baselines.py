@@ -11,15 +11,7 @@ from pflcore.algorithms.pfedme import moreau_steps
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import SGDStep
 
-
-def strip(history):
-    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
-
-
-def advance(sim: Simulation, rounds: int) -> Simulation:
-    for r in range(rounds):
-        sim.run_round(r)
-    return sim
+from conftest import advance, strip
 
 
 # ---------------------------------------------------------------------- Ditto

@@ -12,10 +12,7 @@ from pflcore.config import ConfigError, ExperimentConfig
 from pflcore.engine import DivergenceError, ResultsConflictError, RunResult, Simulation, build_data, run
 from pflcore.engine.schedule import participants
 
-
-def strip(history):
-    """Round records without the wall-clock field."""
-    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+from conftest import strip
 
 
 def test_same_seed_same_numbers(make_config, tmp_path):

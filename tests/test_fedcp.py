@@ -11,11 +11,7 @@ from pflcore.algorithms.fedcp import ConditionalPolicyNetwork, FedCP
 from pflcore.algorithms.losses import MMD_BANDWIDTHS, rbf_mmd
 from pflcore.engine import Simulation, build_data
 
-
-def advance(sim: Simulation, rounds: int) -> Simulation:
-    for r in range(rounds):
-        sim.run_round(r)
-    return sim
+from conftest import advance
 
 
 def forced_policy(cpn: ConditionalPolicyNetwork, personal: float) -> None:

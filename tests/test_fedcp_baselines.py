@@ -15,15 +15,7 @@ from pflcore.algorithms.fedrod import LOG_ZERO, TwoHeads, balanced_softmax_loss,
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import EVAL_KEY, TRAIN_KEY
 
-
-def strip(history):
-    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
-
-
-def advance(sim: Simulation, rounds: int) -> Simulation:
-    for r in range(rounds):
-        sim.run_round(r)
-    return sim
+from conftest import advance, strip
 
 
 def simulation(make_config, **changes) -> Simulation:

@@ -14,11 +14,7 @@ from pflcore.algorithms.losses import rbf_mmd
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import TRAIN_KEY
 
-
-def advance(sim: Simulation, rounds: int) -> Simulation:
-    for r in range(rounds):
-        sim.run_round(r)
-    return sim
+from conftest import advance
 
 
 def equal(a: dict, b: dict) -> bool:

@@ -17,8 +17,6 @@ def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] |
     "not implemented yet" or "not run", never silently dropped."""
     import pandas as pd
 
-    from ..algorithms import ALGORITHMS
-
     rows = []
     for label, res in results.items():
         s = res.summary
@@ -30,10 +28,7 @@ def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] |
             row["paper"] = paper.get(label, float("nan"))
             row["diff"] = row[metric] - row["paper"]
         rows.append(row)
-    for label, value in (paper or {}).items():
-        if label not in results:
-            status = "not run" if label in ALGORITHMS else "not implemented yet"
-            rows.append({"method": label, "paper": value, "status": status})
+    rows += _missing_rows(results, paper)
     return pd.DataFrame(rows).set_index("method")
 
 
@@ -58,8 +53,6 @@ def seeds_table(results: Mapping[str, Sequence[RunResult]], paper: Mapping[str, 
     import numpy as np
     import pandas as pd
 
-    from ..algorithms import ALGORITHMS
-
     rows = []
     for label, runs in results.items():
         values = np.array([r.summary[metric] for r in runs], dtype=float)
@@ -71,8 +64,14 @@ def seeds_table(results: Mapping[str, Sequence[RunResult]], paper: Mapping[str, 
             row["paper"] = paper.get(label, float("nan"))
             row["diff"] = row[metric] - row["paper"]
         rows.append(row)
-    for label, value in (paper or {}).items():
-        if label not in results:
-            status = "not run" if label in ALGORITHMS else "not implemented yet"
-            rows.append({"method": label, "paper": value, "status": status})
+    rows += _missing_rows(results, paper)
     return pd.DataFrame(rows).set_index("method")
+
+
+def _missing_rows(results: Mapping[str, object], paper: Mapping[str, float] | None) -> list[dict]:
+    """The paper's rows that were not run: "not run" for a method pflcore has, else "not
+    implemented yet" (tables list them, never drop them)."""
+    from ..algorithms import ALGORITHMS
+
+    return [{"method": label, "paper": value, "status": "not run" if label in ALGORITHMS else "not implemented yet"}
+            for label, value in (paper or {}).items() if label not in results]
