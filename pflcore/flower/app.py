@@ -207,8 +207,14 @@ def serve(grid: Grid, config: ExperimentConfig | dict, *, overwrite: bool = Fals
     t0 = time.perf_counter()
     nodes = wait_for_nodes(grid, min_nodes, join_timeout)
     t1 = time.perf_counter()
-    partitions = query_partitions(grid, nodes, timeout if timeout is not None else join_timeout)
+    # like every exchange: ``timeout`` None waits for each node's answer (a loaded machine
+    # can take minutes to start the nodes' apps; a fixed wait here once lost them all)
+    partitions = query_partitions(grid, nodes, timeout)
     t2 = time.perf_counter()
+    if not partitions:
+        raise RuntimeError(f"none of the {len(nodes)} Flower nodes answered the partition query"
+                           f"{f' within {timeout:g} s' if timeout else ''} (each failure is logged above): "
+                           "there is nobody to run the clients on.")
     client_nodes = assign_clients(partitions, config.num_clients)
     executor = GridExecutor(grid, config, client_nodes, timeout=timeout, threads=threads, fail_clients=fail_clients)
     try:
