@@ -209,6 +209,8 @@ class FedCP(Algorithm):
             noise = torch.Generator(device=client.x.device)
             noise.manual_seed(int(torch.randint(2 ** 62, (1,), generator=client.generator)))
         net = self._network(payload, client, noise)
+        if self.lam > 0:  # the frozen copy of the received body serves only the training's MMD term
+            load(client.modules["global_body"], payload["body"])
         model, cpn = client.model, client.modules["cpn"]
         params = [*model.body.parameters(), *model.head.parameters()]
         if self.use_cpn:
@@ -247,10 +249,10 @@ class FedCP(Algorithm):
                     s_sum += s.detach().float().sum() / s.shape[1]
                     s_count += s.shape[0]
                 steps += 1
-        client.state["head"] = snapshot(model.head)
+        personal = client.state["head"] = snapshot(model.head)
         if self.cpn_input != "random":  # v_i is recomputed once the round's training is over
             client.state["context"] = model.head.weight.detach().sum(0, keepdim=True).clone()
-        mixed = {k: 0.5 * v + 0.5 * payload["head"][k] for k, v in snapshot(model.head).items()}
+        mixed = {k: 0.5 * v + 0.5 * payload["head"][k] for k, v in personal.items()}
         return {"body": snapshot(model.body), "head": mixed, "cpn": snapshot(cpn), "num_samples": client.num_samples,
                 "loss": float(total) / max(steps, 1), "pir": float(s_sum) / s_count if s_count else float("nan")}
 
@@ -290,7 +292,5 @@ class FedCP(Algorithm):
         load(model.head, client.state.get("head", payload["init_head"]))
         load(client.modules["global_head"], payload["head"])
         load(client.modules["cpn"], payload["cpn"])
-        if self.lam > 0:
-            load(client.modules["global_body"], payload["body"])
         context = client.state.get("context", payload["context"]).to(client.x.device)
         return ConditionalModel(self, model, client.modules, context, noise, self.gumbel_eval)
