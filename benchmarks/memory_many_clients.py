@@ -8,8 +8,8 @@ clients with ``--samples`` training samples each and the FedPAC CIFAR CNN. Every
 then takes part once, in rounds of ``--per-round`` clients (the paper's rate 0.03 gives 30),
 so that every client holds its personal state (the worst case for memory). The rounds go
 through the engine (``Simulation.run_round``) and its worker processes (``--workers``).
-Prints the time of one such round, the personal state kept, this process's peak resident
-memory, and each worker's peak and how much of it is the shared client data. A benchmark, not a test.
+Prints the time of one such round, the personal state kept, what one client downloads per
+round (HypCluster: its k models), the server's state, this process's peak resident memory, and each worker's peak and how much of it is the shared client data. A benchmark, not a test.
 """
 from __future__ import annotations
 
@@ -66,10 +66,13 @@ def main() -> None:
         sim.close()
         seconds = sorted(seconds)[len(seconds) // 2]
         per_client = state_bytes(sim.client_states) + state_bytes(sim.state.get("heads", {}))
+        download = state_bytes(sim.algorithm.payload(sim.state, 0))  # what one client receives per round
+        server = state_bytes(sim.state)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"{method}: {args.clients} clients x {args.samples} samples, a round of {args.per_round} clients "
               f"{seconds:.2f} s (median); personal state "
               f"{per_client / 2**20:.1f} MiB in all ({per_client / args.clients / 1024:.1f} KiB per client); "
+              f"download {download / 2**20:.2f} MiB per client per round; server state {server / 2**20:.1f} MiB; "
               f"peak RSS so far {peak:.0f} MiB", flush=True)
     for pid, status in worker_memory().items():
         print(f"worker {pid}: peak RSS {status['VmHWM'] / 1024:.0f} MiB; now {status['RssAnon'] / 1024:.0f} MiB "

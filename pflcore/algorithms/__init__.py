@@ -11,13 +11,17 @@ from .fedavg import FedAvg
 from .fedavg_ft import FedAvgFT
 from .fedbabu import FedBABU
 from .fedcp import FedCP
+from .fedem import FedEM, FedEMFT
 from .fedfomo import FedFomo
 from .fedpac import FedPAC
 from .fedphp import FedPHP
 from .fedper import FedPer
+from .fedproto import FedProto
 from .fedprox import FedProx
 from .fedrep import FedRep
 from .fedrod import FedRoD
+from .hypcluster import HypCluster
+from .knn_per import KNNPer
 from .lg_fedavg import LGFedAvg
 from .local import Local
 from .perfedavg import PerFedAvg
@@ -26,7 +30,8 @@ from .pfedme import PFedMe
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC,
-                              Ditto, PFedMe, PFedHN, CCVR, FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD)
+                              Ditto, PFedMe, PFedHN, CCVR, FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD,
+                              KNNPer, HypCluster, FedEM, FedEMFT, FedProto)
 }
 
 

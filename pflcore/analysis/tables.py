@@ -72,6 +72,8 @@ def _missing_rows(results: Mapping[str, object], paper: Mapping[str, float] | No
     """The paper's rows that were not run: "not run" for a method pflcore has, else "not
     implemented yet" (tables list them, never drop them)."""
     from ..algorithms import ALGORITHMS
+    from ..papers import split_label
 
-    return [{"method": label, "paper": value, "status": "not run" if label in ALGORITHMS else "not implemented yet"}
+    return [{"method": label, "paper": value,
+             "status": "not run" if split_label(label)[0] in ALGORITHMS else "not implemented yet"}
             for label, value in (paper or {}).items() if label not in results]

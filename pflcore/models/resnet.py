@@ -89,6 +89,12 @@ class ResNetBody(nn.Module):
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.out_dim = cin
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """ResNet's initialisation (He et al. 2016): Kaiming-normal convolutions (fan out),
+        norm layers at weight 1, bias 0. It overrides the layers' own defaults, so a caller
+        re-drawing a model resets the layers first and this body after them."""
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")

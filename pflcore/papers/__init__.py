@@ -5,3 +5,25 @@ scripts share one source.
 Now: :mod:`pflcore.papers.fedpac` (FedPAC, Xu, Tong, Huang, ICLR 2023) and
 :mod:`pflcore.papers.fedcp` (FedCP, Zhang et al., KDD 2023).
 """
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+
+def split_label(label: str) -> tuple[str, dict[str, Any]]:
+    """A table row's label as (method, method_params): ``"hypcluster k=3"`` gives
+    ``("hypcluster", {"k": 3})``, ``"fedavg"`` gives ``("fedavg", {})``. Papers key the rows
+    of a method run with several settings (FedPAC Table 4's k = 3 and k = 5) this way."""
+    method, *assignments = label.split()
+    params = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"row label {label!r} is not 'method name=value ...'.")
+        params[key] = yaml.safe_load(value)
+    return method, params
+
+
+__all__ = ["split_label"]

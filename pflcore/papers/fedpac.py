@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ExperimentConfig
+from . import split_label
 
 FEDPAC_LR = {"fmnist": 0.01, "emnist": 0.01, "mnist": 0.01, "cifar10": 0.02, "cinic10": 0.02, "cifar100": 0.02}
 
@@ -24,7 +25,10 @@ FEDPAC_LR = {"fmnist": 0.01, "emnist": 0.01, "mnist": 0.01, "cifar10": 0.02, "ci
 def fedpac_config(method: str, dataset: str = "fmnist", num_clients: int = 20, **changes: Any) -> ExperimentConfig:
     """A run in FedPAC's setting for ``dataset`` and ``num_clients``, with the method's
     hyperparameters as FedPAC chose them (:data:`FEDPAC_METHOD_PARAMS`); ``changes``
-    override any field (``partition`` entries are merged into the default partition)."""
+    override any field (``partition`` entries are merged into the default partition).
+    ``method`` may be a table row's label such as ``"hypcluster k=3"``
+    (:func:`pflcore.papers.split_label`): its settings are added to the method's."""
+    method, label_params = split_label(method)
     emnist = dataset == "emnist"
     values: dict[str, Any] = dict(
         method=method, dataset=dataset, model="fedpac_cnn", num_clients=num_clients, rounds=200,
@@ -33,8 +37,10 @@ def fedpac_config(method: str, dataset: str = "fmnist", num_clients: int = 20, *
         participation=1.0 if num_clients <= 20 else 0.3, full_last_round=num_clients > 20,
         partition={"kind": "dominant", "s": 0.2, "samples_per_client": 1000 if emnist else 600},
     )
-    if "method_params" not in changes and method in FEDPAC_METHOD_PARAMS:
-        values["method_params"] = FEDPAC_METHOD_PARAMS[method]
+    given = changes.pop("method_params", None)
+    params = {**(FEDPAC_METHOD_PARAMS.get(method, {}) if given is None else given), **label_params}
+    if params:
+        values["method_params"] = params
     partition = changes.pop("partition", None)
     if partition:
         values["partition"] = partition if "kind" in partition and partition["kind"] != "dominant" \
@@ -104,6 +110,31 @@ FEDPAC_TABLE3 = {
                "fedbabu": 87.28, "fedrod": 87.60, "fedpac": 91.09},
     "cifar10": {"local": 65.43, "fedavg_ft": 70.55, "fedrep": 68.12, "ditto": 70.41, "pfedme": 62.71,
                 "fedbabu": 70.43, "fedrod": 69.44, "fedpac": 78.45},
+}
+
+#: FedPAC Table 4 (appendix C.4, single and multiple global models): dataset -> number of
+#: clients -> row label (:func:`pflcore.papers.split_label`) -> final accuracy (%).
+_T4_ROWS = {
+    "fedprox": [72.38, 75.92, 85.20, 86.79, 69.52, 73.03, 58.19, 61.91],
+    "scaffold": [72.66, 76.68, 86.29, 89.31, 72.56, 77.22, 62.58, 70.98],
+    "hypcluster k=3": [74.52, 87.68, 88.63, 90.08, 70.16, 78.91, 64.95, 70.18],
+    "hypcluster k=5": [83.30, 88.04, 89.08, 91.50, 73.80, 79.57, 67.13, 71.38],
+    "fedem M=3": [73.48, 75.77, 85.97, 87.43, 72.44, 77.01, 62.82, 65.34],
+    "fedem_ft M=3": [83.28, 86.65, 90.36, 91.54, 79.69, 82.46, 74.21, 77.02],
+    "fedem M=5": [74.83, 77.85, 86.09, 87.96, 73.41, 76.63, 63.32, 66.21],
+    "fedem_ft M=5": [83.42, 86.72, 90.56, 91.59, 80.17, 83.15, 74.47, 78.35],
+    "fedpac": [86.46, 89.88, 91.83, 92.72, 81.13, 83.36, 74.96, 77.36],
+}
+FEDPAC_TABLE4: dict[str, dict[int, dict[str, float]]] = {}
+for _col, (_dataset, _clients) in enumerate(_T1_COLUMNS):
+    FEDPAC_TABLE4.setdefault(_dataset, {})[_clients] = {m: v[_col] for m, v in _T4_ROWS.items()}
+
+#: FedPAC Table 5 (appendix C.5, FedProto-G / -L, 20 clients): dataset -> row label -> accuracy (%).
+FEDPAC_TABLE5 = {
+    "fmnist": {"local": 85.68, "fedavg_ft": 90.47, "fedproto prototypes=global": 87.47,
+               "fedproto prototypes=local": 87.45, "fedpac": 91.83},
+    "cifar10": {"local": 65.43, "fedavg_ft": 76.56, "fedproto prototypes=global": 67.48,
+                "fedproto prototypes=local": 67.45, "fedpac": 81.13},
 }
 
 #: FedPAC Table 6 (quantity skew, sizes from {300, 600, 1200}, 20 clients).
