@@ -12,9 +12,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .data.sources import TextShape
 
 
 def _default_partition() -> dict:
@@ -108,7 +111,7 @@ class ExperimentConfig:
         """Check every field; raise ConfigError with one sentence on the first bad one."""
         from .algorithms import ALGORITHMS
         from .data.partition import PARTITIONERS, PartitionError, validate_partition_args
-        from .data.sources import (DATASETS, DatasetCorruptError, DatasetNotFoundError, canonical_name,
+        from .data.sources import (DATASETS, DatasetCorruptError, DatasetNotFoundError, TextShape, canonical_name,
                                    dataset_shape)
         from .models import MODELS
 
@@ -198,6 +201,9 @@ class ExperimentConfig:
                 check_shift(self.shift)
             except ShiftError as exc:
                 raise ConfigError(f"config field 'shift': {exc}") from None
+            if self.shift["kind"] == "rotation" and isinstance(shape, TextShape):
+                raise bad("shift", f"a rotation turns images, and {self.dataset!r} holds token ids (text); use "
+                                   "'label_permutation' or no shift")
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -235,16 +241,29 @@ def device_problem(device: Any) -> str | None:
     return None
 
 
-def model_problem(model: str, dataset: str, shape: tuple[int, int, int] | None = None) -> str | None:
-    """Why ``model`` cannot take ``dataset``'s images (None if it can): one forward pass of
-    an image of the dataset's shape (``shape``, else its declared one) on PyTorch's meta
-    device, which computes shapes only."""
+def model_problem(model: str, dataset: str, shape: tuple[int, int, int] | TextShape | None = None) -> str | None:
+    """Why ``model`` cannot take ``dataset``'s inputs (None if it can). An image model
+    refuses a text dataset's token ids (FedCP section 6.1: AG News takes fastText) and a
+    text model refuses images; an image model then gets one forward pass of an image of
+    the dataset's shape (``shape``, else its declared one) on PyTorch's meta device, which
+    computes shapes only."""
     import torch
 
-    from .data.sources import SHAPES
-    from .models import build_model
+    from .data.sources import SHAPES, TextShape
+    from .models import INPUTS, build_model
 
-    channels, size, classes = shape or SHAPES[dataset]
+    shape = shape or SHAPES[dataset]
+    takes = INPUTS[model]
+    if isinstance(shape, TextShape):
+        if takes != "tokens":
+            text = sorted(m for m, kind in INPUTS.items() if kind == "tokens")
+            return f"it reads images, but {dataset!r} holds token ids (text); choose a text model, one of {text}"
+        return None
+    channels, size, classes = shape
+    if takes != "images":
+        images = sorted(m for m, kind in INPUTS.items() if kind == "images")
+        return (f"it reads token ids (text), but {dataset!r} holds {channels}x{size}x{size} images; choose an "
+                f"image model, one of {images}")
     try:
         with torch.device("meta"):
             build_model(model, channels, classes, size)(torch.empty(2, channels, size, size))

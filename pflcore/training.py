@@ -11,6 +11,7 @@ function of (weights, data, generator).
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterable, Iterator
 
@@ -164,9 +165,16 @@ class SGDStep:
         torch._foreach_add_(params, grads, alpha=-self.lr)
 
 
+#: The batch of inference passes (evaluation, features, losses): large enough to amortise
+#: each call's overhead, small enough that a layer's activations stay in cache. On the
+#: FedCP CNN (channels_last, one thread) 128-256 samples cost 140 us each, 1024 cost 225
+#: and 4096 cost 314.
+INFERENCE_BATCH = 256
+
+
 @torch.inference_mode()
-def compute_features(model: nn.Module, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
-    """Features ``model.body(x)`` in evaluation mode, in large batches."""
+def compute_features(model: nn.Module, x: torch.Tensor, batch_size: int = INFERENCE_BATCH) -> torch.Tensor:
+    """Features ``model.body(x)`` in evaluation mode, in batches."""
     was_training = model.training
     model.eval()
     out = torch.cat([model.body(x[i:i + batch_size]) for i in range(0, x.shape[0], batch_size)])
@@ -175,7 +183,8 @@ def compute_features(model: nn.Module, x: torch.Tensor, batch_size: int = 2048) 
 
 
 @torch.inference_mode()
-def predict_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
+def predict_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                    batch_size: int = INFERENCE_BATCH) -> np.ndarray:
     """Boolean array: which samples of (x, y) ``model`` classifies correctly."""
     was_training = model.training
     model.eval()
@@ -183,3 +192,19 @@ def predict_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_si
                       for i in range(0, x.shape[0], batch_size)]) if x.shape[0] else torch.zeros(0, dtype=torch.bool)
     model.train(was_training)
     return hits.cpu().numpy()
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = INFERENCE_BATCH) -> float:
+    """The mean cross-entropy of ``model`` on (x, y) in evaluation mode, summed in float64
+    (NaN for no sample)."""
+    n = int(y.shape[0])
+    if n == 0:
+        return math.nan
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=x.device)
+    for i in range(0, n, batch_size):
+        total += F.cross_entropy(model(x[i:i + batch_size]).float(), y[i:i + batch_size], reduction="sum").double()
+    model.train(was_training)
+    return float(total) / n

@@ -12,7 +12,8 @@ from torch.func import functional_call, grad
 
 from pflcore.algorithms.base import load, weighted_average
 from pflcore.algorithms.fedem import Mixture, mixture_weights, responsibilities, sample_losses
-from pflcore.algorithms.hypcluster import mean_losses, pick
+from pflcore.algorithms.hypcluster import pick
+from pflcore.training import mean_loss
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import EVAL_KEY, TRAIN_KEY
 
@@ -97,7 +98,7 @@ def test_hypcluster_trains_the_least_loss_cluster_and_leaves_unpicked_ones(make_
     updates = {}
     for cid in range(4):
         client = sim.client(cid, 0, TRAIN_KEY)
-        losses = [mean_losses(loaded(sim, m), client.x, client.y) for m in state["models"]]
+        losses = [mean_loss(loaded(sim, m), client.x, client.y) for m in state["models"]]
         updates[cid] = alg.local_update(alg.payload(state, cid), client)
         assert updates[cid]["cluster"] == min(range(3), key=losses.__getitem__)
     assert updates[2]["cluster"] == 1
@@ -120,7 +121,7 @@ def test_hypcluster_predicts_with_the_least_loss_cluster(make_config):
     sim = advance(simulation(make_config, method="hypcluster", method_params={"k": 3}), 2)
     for cid in range(4):
         client = sim.client(cid, 2, EVAL_KEY)
-        losses = [mean_losses(loaded(sim, m), client.x, client.y) for m in sim.state["models"]]
+        losses = [mean_loss(loaded(sim, m), client.x, client.y) for m in sim.state["models"]]
         best = sim.state["models"][pick(losses)]
         model = sim.algorithm.predictor(sim.algorithm.payload(sim.state, cid, "evaluate"), client)
         assert same(model.state_dict(), best)

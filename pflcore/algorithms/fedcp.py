@@ -43,12 +43,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INIT_KEY, derive_seed, generator_for, shuffled_batches
+from ..training import INFERENCE_BATCH, INIT_KEY, derive_seed, generator_for, shuffled_batches
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 from .losses import rbf_mmd
 
 _CPN_KEY = 101  # the per-client initial conditional vectors v_i and random CPN inputs
+
+
+def logistic_noise(shape: tuple[int, ...] | torch.Size, generator: torch.Generator,
+                   device: torch.device) -> torch.Tensor:
+    """Draws of log(u / (1 - u)), u uniform in (0, 1): the difference of two Gumbel draws."""
+    u = torch.rand(shape, generator=generator, device=device).clamp_(min=2.0 ** -24)
+    return u.log_() - torch.log1p(-u)
 
 
 class ConditionalPolicyNetwork(nn.Module):
@@ -85,11 +92,13 @@ class ConditionalModel(nn.Module):
         self.register_buffer("context", context)
         self.noise, self.eval_noise = noise, eval_noise
 
-    def policy(self, h: torch.Tensor) -> torch.Tensor:
+    def policy(self, h: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The personal share s (B, d); the global share is r = 1 - s.
 
         The softmax over the pair (a_0, a_1) is sigmoid(a_0 - a_1), and Gumbel noise on both,
-        g_0 - g_1, is one logistic draw log(u / (1 - u)): the same distribution in fewer steps."""
+        g_0 - g_1, is one logistic draw log(u / (1 - u)): the same distribution in fewer steps.
+        ``noise`` (B, d) gives the draws (local training takes them from a per-epoch bank);
+        otherwise they come from the model's generator when it has one."""
         kind = self.method.cpn_input
         if kind == "h":
             c = h
@@ -100,22 +109,24 @@ class ConditionalModel(nn.Module):
             c = v.expand_as(h) if kind == "v" else h * v
         a = self.cpn(c)
         z = a[:, 0] - a[:, 1]
-        if self.noise is not None and (self.training or self.eval_noise):
-            u = torch.rand(z.shape, generator=self.noise, device=z.device).clamp_(min=2.0 ** -24)
-            z = z + (u.log() - torch.log1p(-u))
-        return torch.sigmoid(z / self.method.tau)
+        if noise is not None:
+            z = z + noise
+        elif self.noise is not None and (self.training or self.eval_noise):
+            z = z + logistic_noise(z.shape, self.noise, z.device)
+        tau = self.method.tau
+        return torch.sigmoid(z if tau == 1 else z / tau)
 
-    def outputs(self, x: torch.Tensor, h: torch.Tensor | None = None
+    def outputs(self, x: torch.Tensor, h: torch.Tensor | None = None, noise: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Logits, the feature h (computed from x unless given) and the policy s (None
-        without a CPN)."""
+        without a CPN); ``noise`` as in :meth:`policy`."""
         if h is None:
             h = self.body(x)
         m = self.method
         if not m.use_cpn:
             logits = self.head(h) + self.global_head(h) if m.global_head else self.head(h)
             return logits, h, None
-        s = self.policy(h)
+        s = self.policy(h, noise)
         personal = s * h
         logits = self.head(personal) + self.global_head(h - personal) if m.global_head else self.head(personal)
         return logits, h, s
@@ -208,7 +219,7 @@ class FedCP(Algorithm):
         if self.use_cpn and self.gumbel_train:  # its own stream, seeded from the client's
             noise = torch.Generator(device=client.x.device)
             noise.manual_seed(int(torch.randint(2 ** 62, (1,), generator=client.generator)))
-        net = self._network(payload, client, noise)
+        net = self._network(payload, client, None)
         if self.lam > 0:  # the frozen copy of the received body serves only the training's MMD term
             load(client.modules["global_body"], payload["body"])
         model, cpn = client.model, client.modules["cpn"]
@@ -226,15 +237,21 @@ class FedCP(Algorithm):
         # its features are computed once, in large batches, and looked up per step.
         reference_all = self._reference_features(net.global_body, client) if align else None
         index = torch.arange(client.num_samples, device=client.x.device)
+        bank, offset = None, 0
         with client.trainable(net, params):
             net.global_body.train()
             batches = shuffled_batches(client.x, index, epochs, client.settings.batch_size, client.generator)
             for position, (xb, ib) in enumerate(batches):  # the batches client.batches() visits
+                if noise is not None and position % per_epoch == 0:
+                    # one draw per epoch, row j for the epoch's j-th sample: far fewer steps than per batch
+                    bank, offset = logistic_noise((client.num_samples, model.feature_dim), noise, xb.device), 0
+                eps = bank[offset:offset + xb.shape[0]] if bank is not None else None
+                offset += xb.shape[0]
                 if lone_sample_breaks_norm and xb.shape[0] < 2:
                     continue  # BatchNorm cannot normalise one sample in training (the authors' loader drops it)
                 yb = client.y[ib]
                 with client.precision():
-                    logits, h, s = net.outputs(xb)
+                    logits, h, s = net.outputs(xb, noise=eps)
                     loss = F.cross_entropy(logits, yb)
                     if align:
                         if reference_all is not None:
@@ -278,7 +295,8 @@ class FedCP(Algorithm):
         if any(isinstance(m, (nn.modules.batchnorm._NormBase, nn.modules.dropout._DropoutNd)) for m in body.modules()):
             return None
         with client.precision():
-            return torch.cat([body(client.x[i:i + 1024]) for i in range(0, client.num_samples, 1024)]).float()
+            return torch.cat([body(client.x[i:i + INFERENCE_BATCH])
+                              for i in range(0, client.num_samples, INFERENCE_BATCH)]).float()
 
     def _cpn(self, dim: int) -> ConditionalPolicyNetwork:
         return ConditionalPolicyNetwork(dim, self.cpn_layers, self.cpn_norm, self.cpn_activation)

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import shuffled_batches
+from ..training import INFERENCE_BATCH, shuffled_batches
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 from .hypcluster import independent_inits
@@ -69,7 +69,7 @@ def mixture_weights(q: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sample_losses(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
-                  batch_size: int = 2048) -> torch.Tensor:
+                  batch_size: int = INFERENCE_BATCH) -> torch.Tensor:
     """Per-sample cross-entropy of every model, shape (M, n), evaluation mode."""
     rows = []
     for model in models:

@@ -31,11 +31,10 @@ import math
 from typing import Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import derive_seed, sgd_train
+from ..training import derive_seed, mean_loss, sgd_train
 from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
 
 _SPLIT_KEY = 41  # derive_seed key of a client's fixed validation split
@@ -47,17 +46,6 @@ def validation_split(num_samples: int, fraction: float, seed: int) -> tuple[torc
     order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
     n_val = int(fraction * num_samples)
     return order[:n_val], order[n_val:]
-
-
-@torch.no_grad()
-def mean_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> float:
-    """Mean cross-entropy of ``model`` (evaluation mode) on (x, y)."""
-    was_training = model.training
-    model.eval()
-    total = sum(float(F.cross_entropy(model(x[i:i + chunk]), y[i:i + chunk], reduction="sum"))
-                for i in range(0, int(y.shape[0]), chunk))
-    model.train(was_training)
-    return total / int(y.shape[0])
 
 
 def fomo_weights(base_loss: float, losses: list[float], distances: list[float]) -> torch.Tensor:

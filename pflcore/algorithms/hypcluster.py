@@ -29,11 +29,10 @@ import math
 from typing import Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INIT_KEY, derive_seed
+from ..training import INIT_KEY, derive_seed, mean_loss
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, Tensors, load, snapshot,
                    weighted_average)
 
@@ -72,21 +71,6 @@ def independent_inits(model: nn.Module, seed: int, count: int) -> list[Tensors]:
     return [snapshot(model)] + [independent_init(model, seed, m) for m in range(1, count)]
 
 
-@torch.no_grad()
-def mean_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2048) -> float:
-    """The mean cross-entropy of ``model`` on (x, y) in evaluation mode (NaN for no sample)."""
-    n = int(y.shape[0])
-    if n == 0:
-        return math.nan
-    was_training = model.training
-    model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=x.device)
-    for i in range(0, n, batch_size):
-        total += F.cross_entropy(model(x[i:i + batch_size]).float(), y[i:i + batch_size], reduction="sum").double()
-    model.train(was_training)
-    return float(total) / n
-
-
 def pick(losses: Sequence[float]) -> int:
     """The index of the least loss (ties: the lowest index; a non-finite loss never wins
     unless all are)."""
@@ -113,7 +97,7 @@ class HypCluster(Algorithm):
         """The cluster whose model has the least mean loss on the client's train data."""
         if len(models) == 1:
             return 0
-        return pick([mean_losses(load(client.model, m), client.x, client.y) for m in models])
+        return pick([mean_loss(load(client.model, m), client.x, client.y) for m in models])
 
     def local_update(self, payload: dict, client: Client) -> dict:
         models = payload["models"]
@@ -143,4 +127,4 @@ class HypCluster(Algorithm):
         return load(client.model, models[self.choose(models, client)])
 
 
-__all__ = ["HypCluster", "independent_init", "independent_inits", "mean_losses", "pick"]
+__all__ = ["HypCluster", "independent_init", "independent_inits", "pick"]

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..training import compute_features
 from .base import Client, Param, load
 from .fedavg import FedAvg
 
@@ -126,7 +127,7 @@ class KNNPer(FedAvg):
             keep = torch.randperm(client.num_samples, generator=client.generator,
                                   device=client.generator.device)[:int(self.capacity)].to(x.device)
             x, y = x[keep], y[keep]
-        keys = torch.cat([model.body(x[i:i + 2048]) for i in range(0, x.shape[0], 2048)]) if x.shape[0] else None
+        keys = compute_features(model, x) if x.shape[0] else None
         if keys is None:
             keys = torch.zeros(0, getattr(model, "feature_dim", 1), device=x.device)
         return keys.flatten(1).float().clone(), y.clone()

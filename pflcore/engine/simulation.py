@@ -63,7 +63,8 @@ def initial_model(config: ExperimentConfig, data: FederatedData) -> SplitModel:
     """The model architecture with weights drawn from the run's seed."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(config.seed, INIT_KEY))
-        model = build_model(config.model, data.in_channels, data.num_classes, data.image_size)
+        model = build_model(config.model, data.in_channels, data.num_classes, data.image_size,
+                            vocab_size=data.vocab_size)  # vocab_size: a token dataset's (None for images)
     return model.to(config.device, memory_format=torch.channels_last)
 
 

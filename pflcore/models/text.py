@@ -7,8 +7,8 @@ feature dimensions are 32.
 Input: token ids ``int64 (B, L)``, padded with ``padding_idx`` (0). By default the mean is
 over the real tokens only, so appending padding changes nothing; ``mean="all"`` divides
 by the padded length L instead (the authors' code, where every sequence is padded to the
-same length). Not in :data:`pflcore.models.MODELS`: it needs a vocabulary size, not an
-image shape.
+same length). Registered as ``fasttext`` in :data:`pflcore.models.MODELS`, built from a
+vocabulary size (``build_model(..., vocab_size=V)``), not an image shape.
 """
 from __future__ import annotations
 

@@ -31,13 +31,16 @@ FEDCP_PATHOLOGICAL_CLASSES = {"mnist": 2, "cifar10": 2, "cifar100": 10}
 
 
 def fedcp_config(method: str, *, dataset: str = "mnist", setting: str = "practical", data_root: str | None = None,
-                 model: str = "fedcp_cnn", subsample: float = 1.0, **changes: Any) -> ExperimentConfig:
+                 model: str | None = None, subsample: float = 1.0, **changes: Any) -> ExperimentConfig:
     """A run in FedCP's setting (section 4). MNIST is the authors' own data in PFLlib's folder
     ``data_root``: ``setting="practical"`` is their Dir(0.1) partition read from the files,
     ``"pathological"`` re-partitions the same 70,000 images with PFLlib's scheme (2 classes
     per client). Other datasets (``cifar10``, ``cifar100``, ``tinyimagenet``) are partitioned
     with PFLlib's Dirichlet(0.1) or pathological scheme. ``subsample`` < 1 keeps that
-    fraction of every client's samples (smoke runs). ``changes`` override any field."""
+    fraction of every client's samples (smoke runs). ``model`` defaults to the paper's
+    4-layer CNN, or fastText for ``agnews``. ``changes`` override any field."""
+    if model is None:
+        model = "fasttext" if dataset == "agnews" else "fedcp_cnn"
     if setting not in ("practical", "pathological"):
         raise ValueError(f"setting must be 'practical' or 'pathological', got {setting!r}.")
     if setting == "pathological":

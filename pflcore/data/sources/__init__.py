@@ -1,7 +1,8 @@
-"""Dataset registry: locate, fetch and parse image datasets into uint8 tensors.
+"""Dataset registry: locate, fetch and parse datasets into tensors.
 
 ``load_dataset(name)`` returns a :class:`Dataset` holding the whole train and test
-splits in memory (images ``uint8 (N, C, H, W)``, labels ``int64 (N,)``).
+splits in memory: images ``uint8 (N, C, H, W)``, or for a text dataset (``agnews``, FedCP
+section 6.1) token ids ``int64 (N, L)``; labels ``int64 (N,)``.
 
 Where files are looked for, in this order (the first complete copy wins):
 
@@ -19,8 +20,9 @@ pooch into ``cache_dir()/<name>/``, checked against pinned MD5 checksums.
 Each dataset family is one module of this package, declaring a :class:`DatasetSource`
 (probe, parser, pinned download, shape): ``idx`` (Fashion-MNIST, MNIST), ``emnist``
 (IDX files or the official ``gzip.zip``), ``cifar`` (the python pickles, folder or
-``.tar.gz``), ``cinic`` (the CINIC-10 PNG folders), ``digits`` (scikit-learn's) and
-``pfllib`` (a dataset already split into clients, in PFLlib's format).
+``.tar.gz``), ``cinic`` (the CINIC-10 PNG folders), ``digits`` (scikit-learn's),
+``tinyimagenet``, ``agnews`` (AG News's CSVs, tokenised) and ``pfllib`` (a dataset already
+split into clients, in PFLlib's format, images or token ids).
 :data:`_SOURCES` below lists them. A damaged or truncated file raises
 :class:`DatasetCorruptError` naming it; nothing is ever half-loaded.
 
@@ -37,7 +39,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cifar, cinic, digits, emnist, idx, pfllib, tinyimagenet
+from . import agnews, cifar, cinic, digits, emnist, idx, pfllib, tinyimagenet
 from .common import (
     Dataset,
     DatasetCorruptError,
@@ -45,6 +47,7 @@ from .common import (
     DatasetSource,
     Download,
     Found,
+    TextShape,
     one_line,
 )
 
@@ -58,6 +61,7 @@ __all__ = [
     "Dataset",
     "DatasetCorruptError",
     "DatasetNotFoundError",
+    "TextShape",
     "cache_dir",
     "canonical_name",
     "clear_cache",
@@ -69,16 +73,17 @@ __all__ = [
 _SOURCES: dict[str, DatasetSource] = {
     s.name: s
     for s in (idx.FMNIST, idx.MNIST, emnist.EMNIST, cifar.CIFAR10, cifar.CIFAR100, cinic.CINIC10, digits.DIGITS,
-              tinyimagenet.TINYIMAGENET,
+              tinyimagenet.TINYIMAGENET, agnews.AGNEWS,
               pfllib.PFLLIB)
 }
 
 DATASETS: tuple[str, ...] = tuple(_SOURCES)
 
-#: Image shape (channels, height = width) and number of classes of each dataset, known
+#: Image shape (channels, height = width, number of classes) of each image dataset, a
+#: :class:`TextShape` (sequence length, vocabulary size, classes) of a text one, known
 #: before loading it: the config is checked against them before any work. None where the
 #: shape is the files' own (``pfllib``): :func:`dataset_shape` reads it from the folder.
-SHAPES: dict[str, tuple[int, int, int] | None] = {name: s.shape for name, s in _SOURCES.items()}
+SHAPES: dict[str, tuple[int, int, int] | TextShape | None] = {name: s.shape for name, s in _SOURCES.items()}
 
 # ----------------------------------------------------------------------------- settings
 # Read at call time (the dataset modules read theirs through this package), so
@@ -243,8 +248,11 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, download
     1x28x28 made upright, 62 classes: digits, A-Z, a-z), ``cifar10``, ``cifar100``
     (fine labels), ``cinic10`` (3x32x32; train is ``train/``, plus ``valid/`` when
     :data:`CINIC_TRAIN_INCLUDES_VALID`), ``digits`` (scikit-learn's 1x8x8 digits scaled
-    to 0..255, a fixed stratified 75/25 split with seed :data:`DIGITS_SPLIT_SEED`).
-    ``mean``/``std`` are exact per-channel statistics of the training pixels in [0, 1].
+    to 0..255, a fixed stratified 75/25 split with seed :data:`DIGITS_SPLIT_SEED`),
+    ``agnews`` (AG News's ``train.csv``/``test.csv`` as ``int64 (N, 200)`` token ids, the
+    vocabulary from the training split, 4 classes; FedCP section 6.1).
+    ``mean``/``std`` are exact per-channel statistics of the training pixels in [0, 1]
+    (empty for token ids, which are not normalised).
 
     CIFAR files are Python pickles: they are read with an allow-list unpickler, but
     loading them still means trusting the folder they come from.
@@ -276,8 +284,9 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, download
     return _load_found(found)
 
 
-def dataset_shape(name: str, root: str | os.PathLike[str] | None = None) -> tuple[int, int, int]:
-    """(channels, image size, number of classes) of a dataset, before loading it.
+def dataset_shape(name: str, root: str | os.PathLike[str] | None = None) -> tuple[int, int, int] | TextShape:
+    """(channels, image size, number of classes) of an image dataset, or the
+    :class:`TextShape` of a text one, before loading it.
 
     Most datasets declare it (:data:`SHAPES`); one whose shape is its files' own
     (``pfllib``) is located as :func:`load_dataset` would (only in ``root`` when one is

@@ -10,9 +10,10 @@ TRAIN split only: index 0 is padding, 1 unknown, then tokens seen at least ``min
 times by decreasing count (ties alphabetical). Sequences are cut or padded (with 0, at the
 end) to ``max_len`` tokens (200 as in FedCP's data); labels are 0..3.
 
-Text is not an image :class:`~pflcore.data.sources.common.Dataset`, so AG News is not in
-the image registry: :func:`load_agnews` is standalone. There is no pinned download (no
-official checksum): provide the two CSVs by hand.
+:data:`AGNEWS` registers it as the token dataset ``agnews`` (a :class:`Dataset` of
+``int64 (N, 200)`` ids, ``vocab_size`` = the vocabulary's size), found like the image
+datasets; :func:`load_agnews` is the standalone parser. The pinned download is the copy
+torchtext's ``AG_NEWS`` fetches (the one PFLlib's generator reads), with torchtext's MD5s.
 """
 
 from __future__ import annotations
@@ -29,12 +30,24 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .common import DatasetCorruptError, DatasetNotFoundError, one_line
+from .common import (
+    Dataset,
+    DatasetCorruptError,
+    DatasetNotFoundError,
+    DatasetSource,
+    Download,
+    Found,
+    TextShape,
+    one_line,
+    stamp,
+)
 
 CLASSES = ("World", "Sports", "Business", "Sci/Tech")
 FILES = ("train.csv", "test.csv")
 SUBDIRS = ("ag_news_csv", "ag_news", "agnews", "AG_NEWS", "ag_news/ag_news_csv", "agnews/ag_news_csv")
 PAD, UNK = 0, 1
+#: Padded sequence length of the registered dataset (FedCP's data: 200 tokens).
+MAX_LEN = 200
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 
 
@@ -114,7 +127,7 @@ def probe_agnews(root: str | os.PathLike[str]) -> Path | None:
     return None
 
 
-def load_agnews(root: str | os.PathLike[str], max_len: int = 200, min_freq: int = 1) -> TextData:
+def load_agnews(root: str | os.PathLike[str], max_len: int = MAX_LEN, min_freq: int = 1) -> TextData:
     """Load AG News from ``root`` (or a usual subfolder) as padded token ids (FedCP section 6.1).
 
     Returns ``(train_tokens, train_y, test_tokens, test_y, vocab)``; the vocabulary is built
@@ -126,8 +139,12 @@ def load_agnews(root: str | os.PathLike[str], max_len: int = 200, min_freq: int 
         subs = ", ".join(s + "/" for s in SUBDIRS)
         raise DatasetNotFoundError(f"AG News was not found in {root} (searched directly and in the subfolders "
                                    f"{subs}); put its train.csv and test.csv there.")
-    train_texts, train_labels = read_csv(folder / FILES[0])
-    test_texts, test_labels = read_csv(folder / FILES[1])
+    return _tokenised(folder / FILES[0], folder / FILES[1], max_len, min_freq)
+
+
+def _tokenised(train: Path, test: Path, max_len: int, min_freq: int) -> TextData:
+    train_texts, train_labels = read_csv(train)
+    test_texts, test_labels = read_csv(test)
     train_tok = [tokenize(t) for t in train_texts]
     test_tok = [tokenize(t) for t in test_texts]
     vocab = build_vocab(train_tok, min_freq)
@@ -135,3 +152,33 @@ def load_agnews(root: str | os.PathLike[str], max_len: int = 200, min_freq: int 
         encode(train_tok, vocab, max_len), torch.tensor(train_labels, dtype=torch.int64),
         encode(test_tok, vocab, max_len), torch.tensor(test_labels, dtype=torch.int64), vocab,
     )
+
+
+# ------------------------------------------------------------------------ the registry entry
+
+
+def _probe(name: str, d: Path) -> Found | None:
+    """Both CSVs directly in ``d``."""
+    files = [d / f for f in FILES]
+    if not all(f.is_file() for f in files):
+        return None
+    return Found(name, "csv", tuple(str(f) for f in files), stamp(files))
+
+
+def _load(found: Found) -> Dataset:
+    """The token dataset ``agnews`` (FedCP section 6.1): ids ``int64 (N, MAX_LEN)``, the
+    vocabulary from the training split, no normalisation."""
+    data = _tokenised(Path(found.paths[0]), Path(found.paths[1]), MAX_LEN, 1)
+    return Dataset(name=found.name, train_x=data.train_tokens, train_y=data.train_y, test_x=data.test_tokens,
+                   test_y=data.test_y, num_classes=len(CLASSES), mean=(), std=(), classes=CLASSES,
+                   vocab_size=len(data.vocab))
+
+
+AGNEWS = DatasetSource(
+    "agnews", shape=TextShape(MAX_LEN, None, len(CLASSES)), probe=_probe, load=_load, subdirs=SUBDIRS,
+    provide="AG News's train.csv and test.csv (the ag_news_csv files)",
+    download=Download(
+        files=(("train.csv", "b1a00f826fdfbd249f79597b59e1dc12"), ("test.csv", "d52ea96a97a2d943681189a97654912d")),
+        mirrors=("https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/",),
+    ),
+)

@@ -1,8 +1,9 @@
 """What every dataset source shares (the sources themselves are the sibling modules).
 
 The :class:`Dataset` type, the two errors, :class:`DatasetSource` (one registry entry:
-how to find, parse and download one dataset, and its shape), :class:`Found` (a located
-copy) and the parsing helpers the formats have in common.
+how to find, parse and download one dataset, and its shape), :class:`TextShape` (the
+shape of a token dataset), :class:`Found` (a located copy) and the parsing helpers the
+formats have in common.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,9 +32,26 @@ class DatasetCorruptError(ValueError):
 # ------------------------------------------------------------------------------ Dataset
 
 
+class TextShape(NamedTuple):
+    """The shape of a token dataset (FedCP section 6.1, AG News), known before loading it:
+    the padded sequence length, the vocabulary size (None where only the files say, e.g. a
+    vocabulary built from the training split) and the number of classes. An image dataset's
+    shape is the plain triple ``(channels, image size, classes)`` instead."""
+
+    seq_len: int
+    vocab_size: int | None
+    num_classes: int
+
+
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A whole dataset in memory. The tensors may be shared with a cache: do not modify."""
+    """A whole dataset in memory. The tensors may be shared with a cache: do not modify.
+
+    Either images, ``uint8 (N, C, H, W)`` with per-channel ``mean``/``std`` of the pixels
+    in [0, 1], or token sequences (the text of FedCP section 6.1), ``int64 (N, L)`` ids in
+    ``[0, vocab_size)`` padded with 0, with empty ``mean``/``std`` (ids are not normalised).
+    :attr:`inputs` says which.
+    """
 
     name: str
     train_x: torch.Tensor
@@ -46,29 +65,66 @@ class Dataset:
     #: (train owner ids, test owner ids): the client each sample came with, for a dataset
     #: shipped already federated (PFLlib's format); None otherwise.
     owners: tuple[np.ndarray, np.ndarray] | None = None
+    #: Token datasets only: the number of token ids (0 is padding); None for images.
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
+        tokens = self.train_x.dtype == torch.int64
         for split, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
-            if x.dtype != torch.uint8 or x.dim() != 4:
-                raise ValueError(f"{split}_x must be a uint8 (N, C, H, W) tensor, got {x.dtype} {tuple(x.shape)}")
+            if not ((x.dtype == torch.uint8 and x.dim() == 4 and not tokens)
+                    or (x.dtype == torch.int64 and x.dim() == 2 and tokens)):
+                raise ValueError(f"{split}_x must be uint8 images (N, C, H, W) or int64 token ids (N, L) like "
+                                 f"train_x, got {x.dtype} {tuple(x.shape)}")
             if y.dtype != torch.int64 or y.shape != (x.shape[0],):
                 raise ValueError(f"{split}_y must be int64 of shape ({x.shape[0]},), got {y.dtype} {tuple(y.shape)}")
         if self.train_x.shape[1:] != self.test_x.shape[1:]:
-            raise ValueError("train_x and test_x must have the same (C, H, W)")
-        if len(self.mean) != self.in_channels or len(self.std) != self.in_channels:
-            raise ValueError("mean and std need one value per channel")
+            raise ValueError("train_x and test_x must have the same (C, H, W), or the same length L of token ids")
+        if tokens:
+            v = self.vocab_size
+            if not isinstance(v, int) or isinstance(v, bool) or v < 2:
+                raise ValueError(f"a token dataset needs vocab_size, a whole number >= 2, got {v!r}")
+            for split, x in (("train", self.train_x), ("test", self.test_x)):
+                if x.numel() and (int(x.min()) < 0 or int(x.max()) >= v):
+                    raise ValueError(f"{split}_x holds token ids outside [0, {v}) (vocab_size)")
+            if self.mean or self.std:
+                raise ValueError("a token dataset has no mean and std (token ids are not normalised): give ()")
+        else:
+            if self.vocab_size is not None:
+                raise ValueError("vocab_size is for token datasets; an image dataset has None")
+            if len(self.mean) != self.in_channels or len(self.std) != self.in_channels:
+                raise ValueError("mean and std need one value per channel")
         if self.classes is not None and len(self.classes) != self.num_classes:
             raise ValueError("classes must have num_classes names")
         if self.owners is not None and tuple(len(o) for o in self.owners) != (self.num_train, self.num_test):
             raise ValueError("owners must hold one client id per train sample and one per test sample")
 
     @property
-    def in_channels(self) -> int:
-        return int(self.train_x.shape[1])
+    def inputs(self) -> str:
+        """``"images"`` (uint8 (N, C, H, W)) or ``"tokens"`` (int64 (N, L) token ids)."""
+        return "tokens" if self.train_x.dtype == torch.int64 else "images"
 
     @property
-    def image_size(self) -> int:
-        return int(self.train_x.shape[2])
+    def in_channels(self) -> int | None:
+        """Image channels; None for token ids."""
+        return int(self.train_x.shape[1]) if self.inputs == "images" else None
+
+    @property
+    def image_size(self) -> int | None:
+        """Image height (= width); None for token ids."""
+        return int(self.train_x.shape[2]) if self.inputs == "images" else None
+
+    @property
+    def seq_len(self) -> int | None:
+        """Padded length L of the token sequences; None for images."""
+        return int(self.train_x.shape[1]) if self.inputs == "tokens" else None
+
+    @property
+    def shape(self) -> tuple[int, int, int] | TextShape:
+        """Its shape as the registry declares shapes: (channels, image size, classes) or a
+        :class:`TextShape`."""
+        if self.inputs == "tokens":
+            return TextShape(int(self.train_x.shape[1]), self.vocab_size, self.num_classes)
+        return int(self.train_x.shape[1]), int(self.train_x.shape[2]), self.num_classes
 
     @property
     def num_train(self) -> int:
@@ -79,11 +135,13 @@ class Dataset:
         return int(self.test_x.shape[0])
 
     def __repr__(self) -> str:
-        c, h, w = self.train_x.shape[1:]
-        return (
-            f"Dataset(name={self.name!r}, train={self.num_train}, test={self.num_test}, "
-            f"shape=({c}, {h}, {w}), num_classes={self.num_classes})"
-        )
+        if self.inputs == "tokens":
+            shape = f"tokens={self.seq_len}, vocab_size={self.vocab_size}"
+        else:
+            c, h, w = self.train_x.shape[1:]
+            shape = f"shape=({c}, {h}, {w})"
+        return (f"Dataset(name={self.name!r}, train={self.num_train}, test={self.num_test}, {shape}, "
+                f"num_classes={self.num_classes})")
 
 
 # ------------------------------------------------------------------------------ sources
@@ -120,9 +178,10 @@ class Download:
 class DatasetSource:
     """One dataset, as registered in :data:`pflcore.data.sources.DATASETS`.
 
-    ``shape`` is ``(channels, image size, number of classes)``, known before loading; a
-    dataset whose shape depends on its files has ``shape=None`` and
-    ``shape_of(found) -> shape``, a cheap look at the located copy.
+    ``shape`` is ``(channels, image size, number of classes)`` for images or a
+    :class:`TextShape` for token sequences, known before loading; a dataset whose shape
+    depends on its files has ``shape=None`` and ``shape_of(found) -> shape``, a cheap look
+    at the located copy.
     ``aliases`` are further accepted names (lower case, without '-', '_' or spaces).
     A dataset read from files has ``probe(name, folder) -> Found | None`` (is a complete
     copy directly in ``folder``?), ``load(found) -> Dataset``, the conventional
@@ -133,7 +192,7 @@ class DatasetSource:
     """
 
     name: str
-    shape: tuple[int, int, int] | None
+    shape: tuple[int, int, int] | TextShape | None
     aliases: tuple[str, ...] = ()
     probe: Callable[[str, Path], Found | None] | None = None
     load: Callable[[Found], Dataset] | None = None
@@ -142,7 +201,7 @@ class DatasetSource:
     download: Download | None = None
     builtin: Callable[[], Dataset] | None = None
     clear: Callable[[], None] | None = None
-    shape_of: Callable[[Found], tuple[int, int, int]] | None = None
+    shape_of: Callable[[Found], tuple[int, int, int] | TextShape] | None = None
 
 
 def package() -> ModuleType:

@@ -2,11 +2,14 @@
 (FedCP, Zhang et al., KDD 2023, section 4, the data of Table 2; PFLlib's generators).
 
 The folder holds ``config.json`` and, for each client ``i = 0..N-1``,
-``train/train{i}_.npz`` and ``test/test{i}_.npz``. Each ``.npz`` holds one array
-``data``: a pickled 0-d object array wrapping ``{"x": float (n, C, H, W), "y": int (n,)}``,
-the images after ``Normalize(0.5, 0.5)``. They are read without numpy's
-``allow_pickle``: the pickle goes through an unpickler that admits only numpy arrays and
-a dict, and anything else is refused before it can run.
+``train/train{i}_.npz`` and ``test/test{i}_.npz`` (the FedCP authors' names) or
+``train/{i}.npz`` and ``test/{i}.npz`` (the names PFLlib's generators write). Each ``.npz``
+holds one array ``data``: a pickled 0-d object array wrapping ``{"x": ..., "y": int (n,)}``
+where ``x`` is either float images ``(n, C, H, W)`` after ``Normalize(0.5, 0.5)``, or,
+for text (AG News, FedCP section 6.1), an object array ``(n, 2)`` of rows
+``(token ids padded to L, length)``. They are read without numpy's ``allow_pickle``: the
+pickle goes through an unpickler that admits only numpy arrays, a dict and plain Python
+lists and numbers, and anything else is refused before it can run.
 
 Pixels are recovered exactly as ``uint8 = round((x * 0.5 + 0.5) * 255)``; the dataset's
 ``mean``/``std`` are ``0.5`` per channel, so models see the authors' very inputs.
@@ -14,6 +17,11 @@ Pixels are recovered exactly as ``uint8 = round((x * 0.5 + 0.5) * 255)``; the da
 and :attr:`Dataset.owners` says which client each sample came from (the partition kind
 ``given`` gives that split back). The image shape and class count are the folder's, read
 by :func:`shape_of`.
+
+Text folders become a token :class:`Dataset`: ``x`` the ``int64 (n, L)`` ids as stored
+(0 is padding), the stored lengths checked but not used (PFLlib's fastText averages over
+all L positions), and ``vocab_size`` one more than the largest id in the folder (PFLlib
+does not store its vocabulary).
 """
 
 from __future__ import annotations
@@ -34,12 +42,13 @@ import numpy as np
 import torch
 
 from .cifar import _numpy_global
-from .common import Dataset, DatasetCorruptError, DatasetSource, Found, one_line, stamp
+from .common import Dataset, DatasetCorruptError, DatasetSource, Found, TextShape, one_line, stamp
 
 CONFIG = "config.json"
 STATS_KEY = "Size of samples for labels in clients"
 _TRAIN = re.compile(r"train(\d+)_\.npz")
 _TEST = re.compile(r"test(\d+)_\.npz")
+_PLAIN = re.compile(r"(\d+)\.npz")  # PFLlib's generators: train/{i}.npz, test/{i}.npz
 
 #: Largest distance of ``(x * 0.5 + 0.5) * 255`` from a whole number that still counts as
 #: a PFLlib image (the FedCP MNIST files are within 4e-6).
@@ -112,9 +121,10 @@ def _probe(name: str, d: Path) -> Found | None:
         return None
     files = [d / CONFIG]
     for sub, pattern in (("train", _TRAIN), ("test", _TEST)):
-        found = sorted((p for p in (d / sub).iterdir() if pattern.fullmatch(p.name)),
-                       key=lambda p: int(pattern.fullmatch(p.name).group(1)))  # type: ignore[union-attr]
-        files.extend(found)
+        for pat in (pattern, _PLAIN):
+            found = sorted((p for p in (d / sub).iterdir() if pat.fullmatch(p.name)),
+                           key=lambda p: int(pat.fullmatch(p.name).group(1)))  # type: ignore[union-attr]
+            files.extend(found)
     return Found(name, "pfllib", tuple(str(f) for f in files), stamp(files))
 
 
@@ -217,7 +227,8 @@ def _npy_payload(raw: bytes, source: str) -> bytes:
 
 
 def _read_client(data: bytes, source: str) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of one client file, checked for form; ``x`` still the stored floats."""
+    """(x, y) of one client file, checked for form; ``x`` still the stored floats, or the
+    ``int64 (n, L)`` token ids of a text file (:func:`_tokens`)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             names = z.namelist()
@@ -240,14 +251,43 @@ def _read_client(data: bytes, source: str) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(item, dict) or set(item) != {"x", "y"}:
         raise _corrupt(f"{source}: the array holds {type(item).__name__}, not a dict of 'x' and 'y'")
     x, y = item["x"], item["y"]
-    if not isinstance(x, np.ndarray) or x.dtype.kind != "f" or x.ndim != 4 or x.shape[2] != x.shape[3]:
-        raise _corrupt(f"{source}: 'x' must be float images (n, C, H, H), got "
+    if isinstance(x, np.ndarray) and x.dtype == object:
+        x = _tokens(x, source)
+    elif not isinstance(x, np.ndarray) or x.dtype.kind != "f" or x.ndim != 4 or x.shape[2] != x.shape[3]:
+        raise _corrupt(f"{source}: 'x' must be float images (n, C, H, H) or rows of (token ids, length), got "
                        f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     if not isinstance(y, np.ndarray) or y.ndim != 1 or y.shape[0] != x.shape[0] \
             or (y.size and y.dtype.kind not in "iu"):
         raise _corrupt(f"{source}: 'y' must be {x.shape[0]} integer labels, got "
                        f"{getattr(y, 'dtype', type(y).__name__)} {getattr(y, 'shape', '')}")
     return x, y.astype(np.int64)
+
+
+def _tokens(x: np.ndarray, source: str) -> np.ndarray:
+    """``int64 (n, L)`` token ids from PFLlib's text rows ``(token ids padded to L, length)``
+    (FedCP section 6.1's AG News), checked: one length L, whole ids >= 0, lengths in 0..L."""
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise _corrupt(f"{source}: 'x' is an object array of shape {x.shape}, not PFLlib's rows of "
+                       "(token ids, length)")
+    if x.shape[0] == 0:
+        return np.zeros((0, 0), dtype=np.int64)  # no rows: the length is the other files'
+    try:
+        ids, lengths = np.array(list(x[:, 0])), np.array(list(x[:, 1]))
+    except (ValueError, TypeError) as exc:
+        raise _corrupt(f"{source}: the token id lists are not all of one length ({one_line(exc)})") from None
+    if ids.ndim != 2 or ids.dtype.kind not in "iu" or lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+        raise _corrupt(f"{source}: 'x' must hold rows of (whole token ids padded to one length, whole length), got "
+                       f"ids {ids.dtype} {ids.shape} and lengths {lengths.dtype} {lengths.shape}")
+    if ids.size and int(ids.min()) < 0:
+        raise _corrupt(f"{source}: token id {int(ids.min())} is negative")
+    if lengths.size and (int(lengths.min()) < 0 or int(lengths.max()) > ids.shape[1]):
+        raise _corrupt(f"{source}: a stored length is outside 0..{ids.shape[1]} (the padded length)")
+    return ids.astype(np.int64)
+
+
+def _form(shape: tuple[int, ...]) -> str:
+    """What a client's ``x`` holds, for messages: ``CxHxW images`` or ``token ids of length L``."""
+    return f"token ids of length {shape[0]}" if len(shape) == 1 else f"{'x'.join(map(str, shape))} images"
 
 
 def _pixels(x: np.ndarray, source: str) -> np.ndarray:
@@ -272,8 +312,14 @@ def _client_files(found: Found) -> tuple[Path, int, int, list[np.ndarray], list[
     cfg = Path(found.paths[0])
     n, classes, counts = _config(cfg)
     root = cfg.parent
-    train = [root / "train" / f"train{i}_.npz" for i in range(n)]
-    test = [root / "test" / f"test{i}_.npz" for i in range(n)]
+    present_names = {Path(p).name for p in found.paths[1:]}
+    if any(_PLAIN.fullmatch(f) for f in present_names) and not any(_TRAIN.fullmatch(f) or _TEST.fullmatch(f)
+                                                                  for f in present_names):
+        train = [root / "train" / f"{i}.npz" for i in range(n)]  # PFLlib's generators' names
+        test = [root / "test" / f"{i}.npz" for i in range(n)]
+    else:
+        train = [root / "train" / f"train{i}_.npz" for i in range(n)]
+        test = [root / "test" / f"test{i}_.npz" for i in range(n)]
     present = {str(p) for p in found.paths[1:]}
     for p in (*train, *test):
         if str(p) not in present:
@@ -302,16 +348,17 @@ def _load(found: Found) -> Dataset:
                     raise _corrupt(f"{source}: md5 is {digest}, not the {want} pinned for {known[0]} "
                                    "(the file is damaged or was changed)")
             x, y = _read_client(data, source)
-            if shape is None:
+            if x.shape == (0, 0):  # a text file without rows: any length fits
+                pass
+            elif shape is None:
                 shape, first = x.shape[1:], source
             elif x.shape[1:] != shape:
-                raise _corrupt(f"{source}: images are {'x'.join(map(str, x.shape[1:]))} but {first} "
-                               f"holds {'x'.join(map(str, shape))}")
+                raise _corrupt(f"{source}: 'x' holds {_form(x.shape[1:])} but {first} holds {_form(shape)}")
             if y.size and (int(y.min()) < 0 or int(y.max()) >= classes):
                 bad = int(y.min()) if int(y.min()) < 0 else int(y.max())
                 raise _corrupt(f"{source}: label {bad} is outside [0, {classes}) (num_classes in "
                                f"{CONFIG})")
-            parts[f"{split}_x"].append(_pixels(x, source))
+            parts[f"{split}_x"].append(x if x.dtype == np.int64 else _pixels(x, source))
             parts[f"{split}_y"].append(y)
             held += np.bincount(y, minlength=classes)
         if not np.array_equal(held, counts[i]):
@@ -319,11 +366,19 @@ def _load(found: Found) -> Dataset:
             raise _corrupt(
                 f"{root / CONFIG}: client {i} has {int(counts[i][k])} samples of class {k} in its (class, count) "
                 f"pairs, but {train_files[i]} and {test_files[i]} hold {int(held[k])}")
-    assert shape is not None
+    if shape is None:  # only text files without rows
+        raise _corrupt(f"{root}: no client file holds a sample")
     owners = tuple(np.repeat(np.arange(n, dtype=np.int64), [y.size for y in parts[f"{s}_y"]])
                    for s in ("train", "test"))
     for o in owners:
         o.setflags(write=False)
+    if len(shape) == 1:  # token ids (FedCP section 6.1's AG News): not normalised
+        xs = {k: np.concatenate([x.reshape(-1, shape[0]) for x in parts[k]]) for k in ("train_x", "test_x")}
+        vocab_size = max(2, 1 + max(int(x.max(initial=0)) for x in xs.values()))
+        return Dataset(name="pfllib", train_x=torch.from_numpy(xs["train_x"]),
+                       train_y=torch.from_numpy(np.concatenate(parts["train_y"])),
+                       test_x=torch.from_numpy(xs["test_x"]), test_y=torch.from_numpy(np.concatenate(parts["test_y"])),
+                       num_classes=classes, mean=(), std=(), owners=(owners[0], owners[1]), vocab_size=vocab_size)
     c = int(shape[0])
     return Dataset(
         name="pfllib",
@@ -339,21 +394,27 @@ def _load(found: Found) -> Dataset:
 
 
 @functools.lru_cache(maxsize=8)
-def shape_of(found: Found) -> tuple[int, int, int]:
-    """(channels, image size, classes) of a PFLlib folder, read cheaply: ``config.json``
-    and the smallest client file (cached on the files' stamps)."""
+def shape_of(found: Found) -> tuple[int, int, int] | TextShape:
+    """(channels, image size, classes) of a PFLlib image folder, or the :class:`TextShape`
+    of a text one (its vocabulary size known only once loaded), read cheaply:
+    ``config.json`` and the smallest client file with samples (cached on the files' stamps)."""
     cfg = Path(found.paths[0])
     _, classes, _ = _config(cfg)
     files = [Path(p) for p in found.paths[1:]]
     if not files:
         raise _corrupt(f"{cfg.parent}: has no train/train{{i}}_.npz or test/test{{i}}_.npz files")
-    smallest = min(files, key=lambda p: p.stat().st_size)
-    x, _ = _read_client(smallest.read_bytes(), str(smallest))
-    return int(x.shape[1]), int(x.shape[2]), classes
+    for path in sorted(files, key=lambda p: p.stat().st_size):
+        x, _ = _read_client(path.read_bytes(), str(path))
+        if x.ndim == 4:
+            return int(x.shape[1]), int(x.shape[2]), classes
+        if x.shape[0]:
+            return TextShape(int(x.shape[1]), None, classes)
+    raise _corrupt(f"{cfg.parent}: no client file holds a sample")
 
 
 PFLLIB = DatasetSource(
     "pfllib", shape=None, probe=_probe, load=_load, subdirs=("pfllib",),
-    provide="a PFLlib federated dataset folder (config.json, train/train{i}_.npz, test/test{i}_.npz)",
+    provide="a PFLlib federated dataset folder (config.json, train/train{i}_.npz, test/test{i}_.npz, or "
+            "train/{i}.npz, test/{i}.npz)",
     shape_of=shape_of, clear=shape_of.cache_clear,
 )
