@@ -43,6 +43,7 @@ class ExperimentConfig:
     local_epochs: int = 5
     batch_size: int = 50
     lr: float = 0.01
+    lr_decay: float = 1.0  # round t (0-based) trains with lr * lr_decay ** t; 1: no decay (FedFA: 0.99)
     momentum: float = 0.5
     weight_decay: float = 5e-4
     eval_every: int = 1
@@ -85,13 +86,15 @@ class ExperimentConfig:
         """Hash of every field that changes the numbers.
 
         Left out: naming, output and cadence fields, where the work runs (device, workers),
-        and fields set to ``None`` (so adding an optional feature later keeps existing
-        fingerprints). The method's parameters enter
+        and fields set to ``None`` or ``lr_decay`` at 1 (so adding an optional feature later
+        keeps existing fingerprints). The method's parameters enter
         with its defaults filled in, so changing a default changes the fingerprint."""
         from .algorithms import ALGORITHMS
 
         ignored = {"name", "output_dir", "quiet", "checkpoint_every", "data_root", "device", "workers"}
         payload = {k: v for k, v in self.to_dict().items() if k not in ignored and v is not None}
+        if payload.get("lr_decay") == 1.0:  # no decay: the fingerprint of runs from before the field
+            del payload["lr_decay"]
         payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
         if self.dataset == "pfllib" and self.data_root is not None:
             # the data is the folder's: two PFLlib folders must not share results (its
@@ -157,6 +160,9 @@ class ExperimentConfig:
             raise bad("participation", "it must be a rate in (0, 1]")
         if not _is_number(self.lr) or self.lr <= 0:
             raise bad("lr", "it must be a finite number > 0")
+        if not _is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
+            raise bad("lr_decay", "it must be a number in (0, 1], the factor the lr is multiplied by each "
+                                  "round (1: no decay)")
         if not _is_number(self.momentum) or not 0 <= self.momentum < 1:
             raise bad("momentum", "it must be a number in [0, 1)")
         if not _is_number(self.weight_decay) or self.weight_decay < 0:

@@ -11,6 +11,7 @@ function of (weights, data, generator).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterable, Iterator
@@ -33,6 +34,15 @@ class TrainSettings:
     momentum: float = 0.5
     weight_decay: float = 5e-4
     precision: str = "float32"  # "bfloat16": forward/backward under autocast, fp32 master weights
+    lr_decay: float = 1.0  # per-round decay of the run's lr: round t trains with lr * lr_decay ** t
+
+    def for_round(self, round_index: int) -> "TrainSettings":
+        """The settings of round ``round_index`` (0-based): ``lr * lr_decay ** round_index``
+        (these very settings when ``lr_decay`` is 1, so no decay changes nothing). Applied
+        once, to the run's settings, by whatever builds a client for a job."""
+        if self.lr_decay == 1.0 or round_index == 0:
+            return self
+        return dataclasses.replace(self, lr=self.lr * self.lr_decay ** round_index)
 
 
 def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

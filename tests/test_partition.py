@@ -84,6 +84,9 @@ CASES: list[tuple[str, str, int | None, dict[str, Any], bool]] = [
     ("given", "given", 6, {"train_owners": _ids(N_TRAIN, 6, 11), "test_owners": _ids(TEST.size, 6, 12)}, False),
     ("pfllib-dirichlet", "pfllib_dirichlet", 20, {"alpha": 0.5}, True),
     ("pfllib-pathological", "pfllib_pathological", 20, {"classes_per_client": 2}, True),
+    ("fedfa-shards", "fedfa_shards", 10, {}, False),
+    ("fedfa-shards-tf", "fedfa_shards", 10, {"shard_size": 200, "test_fraction": 0.1}, False),
+    ("fedfa-dirichlet", "fedfa_dirichlet", 20, {"alpha": 0.5}, False),
 ]
 CASE_IDS = [c[0] for c in CASES]
 

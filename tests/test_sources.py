@@ -654,7 +654,7 @@ def test_real_fetch_with_pooch_verifies_hash(iso: Path, http_dir: tuple[Path, st
 
 def test_names_and_aliases() -> None:
     assert sources.DATASETS == ("fmnist", "mnist", "emnist", "cifar10", "cifar100", "cinic10", "digits",
-                                "tinyimagenet", "agnews", "pfllib")
+                                "tinyimagenet", "agnews", "pfllib", "svhn", "usps", "synthdigits", "mnistm")
     for alias, name in [("Fashion_MNIST", "fmnist"), ("fashion-mnist", "fmnist"), ("FashionMNIST", "fmnist"),
                         ("CIFAR-10", "cifar10"), ("cifar_100", "cifar100"), ("CINIC-10", "cinic10"),
                         ("EMNIST", "emnist"), ("digits", "digits")]:
@@ -674,7 +674,8 @@ def test_one_registry_declares_every_dataset() -> None:
             assert source.probe and source.load and source.subdirs and source.provide
         for _, md5sum in source.download.files if source.download else ():
             assert len(md5sum) == 32 and int(md5sum, 16) >= 0
-    assert set(sources._DOWNLOADS) == {"fmnist", "mnist", "emnist", "cifar10", "cifar100", "tinyimagenet", "agnews"}
+    assert set(sources._DOWNLOADS) == {"fmnist", "mnist", "emnist", "cifar10", "cifar100", "tinyimagenet", "agnews",
+                                       "svhn", "usps"}
 
 
 def test_dataset_validates_its_fields() -> None:

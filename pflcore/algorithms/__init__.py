@@ -11,12 +11,15 @@ from .fedavg import FedAvg
 from .fedavg_ft import FedAvgFT
 from .fedbabu import FedBABU
 from .fedcp import FedCP
+from .feddyn import FedDyn
 from .fedem import FedEM, FedEMFT
+from .fedfa import FedFA
 from .fedfomo import FedFomo
 from .fedpac import FedPAC
 from .fedphp import FedPHP
 from .fedper import FedPer
 from .fedproto import FedProto
+from .fedproc import FedProc
 from .fedprox import FedProx
 from .fedrep import FedRep
 from .fedrod import FedRoD
@@ -24,14 +27,17 @@ from .hypcluster import HypCluster
 from .knn_per import KNNPer
 from .lg_fedavg import LGFedAvg
 from .local import Local
+from .moon import MOON
 from .perfedavg import PerFedAvg
 from .pfedhn import PFedHN
 from .pfedme import PFedMe
+from .scaffold import SCAFFOLD
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC,
                               Ditto, PFedMe, PFedHN, CCVR, FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD,
-                              KNNPer, HypCluster, FedEM, FedEMFT, FedProto)
+                              KNNPer, HypCluster, FedEM, FedEMFT, FedProto,
+                              FedFA, SCAFFOLD, FedDyn, MOON, FedProc)
 }
 
 

@@ -90,6 +90,7 @@ class ConditionalModel(nn.Module):
         self.global_head, self.global_body, self.cpn = modules["global_head"], modules["global_body"], modules["cpn"]
         self.method = method
         self.register_buffer("context", context)
+        self.register_buffer("direction", F.normalize(context, p=2, dim=1))  # v / ||v||, fixed for the round
         self.noise, self.eval_noise = noise, eval_noise
 
     def policy(self, h: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
@@ -105,7 +106,7 @@ class ConditionalModel(nn.Module):
         elif kind == "random":
             c = self.context.expand_as(h)
         else:
-            v = F.normalize(self.context, p=2, dim=1)
+            v = self.direction
             c = v.expand_as(h) if kind == "v" else h * v
         a = self.cpn(c)
         z = a[:, 0] - a[:, 1]

@@ -129,10 +129,11 @@ class ClientWorker:
 
     def client(self, client_id: int, round_index: int, purpose: int, state: dict) -> Client:
         x, y = self.train_data[client_id]
-        # A CPU generator on every device: a GPU run shuffles exactly like a CPU run.
+        # A CPU generator on every device: a GPU run shuffles exactly like a CPU run. The
+        # settings are the round's (the lr decayed per round, if the run asks for it).
         return Client(client_id, round_index, x, y, self.num_classes, state,
-                      generator_for(self.seed, purpose, round_index, client_id), self.model, self.settings,
-                      self.modules)
+                      generator_for(self.seed, purpose, round_index, client_id), self.model,
+                      self.settings.for_round(round_index), self.modules)
 
     def run(self, job: ClientJob) -> ClientResult:
         kind = JOB_KINDS.get(job.kind)

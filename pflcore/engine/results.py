@@ -123,6 +123,9 @@ def read_json(path: Path) -> Any:
         raise _damaged(path, "is damaged (not valid JSON)") from None
 
 
+#: The file of a finished run holding its final server and client states.
+FINAL_STATE = "final_state.pt"
+
 @dataclass
 class RunResult:
     """What a run produced; also what :func:`RunResult.load` reads back from disk."""
@@ -158,6 +161,22 @@ class RunResult:
                 if name in z:
                     out[int(f.stem.split("_")[1])] = z[name]
         return out
+
+    def final_state(self) -> dict:
+        """The run's final server state and client states (``{"state", "client_states"}``,
+        what :meth:`pflcore.engine.Simulation.restore` takes), read without executing
+        anything in the file; one sentence if the run kept none."""
+        if self.path is None or not (self.path / FINAL_STATE).exists():
+            raise ResultsError(f"the run in {self.path} kept no final state (runs finished before pflcore "
+                               "saved one, or results never written to disk); run it again with overwrite=True "
+                               "to keep one.")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                saved = torch.load(self.path / FINAL_STATE, weights_only=True)
+            return saved["sim"]
+        except Exception:
+            raise _damaged(self.path / FINAL_STATE, "is damaged or not a pflcore final state") from None
 
     @classmethod
     def load(cls, path: str | Path) -> "RunResult":
@@ -444,9 +463,14 @@ class RunDirectory:
                         **{f"train_{i}": a for i, a in enumerate(train)},
                         **{f"test_{i}": a for i, a in enumerate(test)})
 
-    def finish(self, result: RunResult, client_arrays: dict[str, np.ndarray]) -> None:
+    def finish(self, result: RunResult, client_arrays: dict[str, np.ndarray], final_state: dict | None = None) -> None:
+        """Write the finished run: metrics, per-client accuracies, the final server and client
+        states (``final_state.pt``, for analysis and re-evaluation), then the summary that
+        marks the run finished; the checkpoint goes."""
         self.write_progress(result.history)
         atomic_save_npz(self.path / "clients.npz", **client_arrays)
+        if final_state is not None:
+            atomic_torch_save(self.path / FINAL_STATE, {"sim": final_state, "fingerprint": self.fingerprint})
         atomic_write_json(self.path / "summary.json", result.summary)
         self.checkpoint_path.unlink(missing_ok=True)
 

@@ -69,9 +69,10 @@ def initial_model(config: ExperimentConfig, data: FederatedData) -> SplitModel:
 
 
 def train_settings(config: ExperimentConfig) -> TrainSettings:
-    """The clients' local-training settings of a run."""
+    """The clients' local-training settings of a run (round 0's: a client of round t
+    trains with ``settings.for_round(t)``, the lr decayed by ``config.lr_decay ** t``)."""
     return TrainSettings(config.local_epochs, config.batch_size, config.lr, config.momentum,
-                         config.weight_decay, precision=config.precision or "float32")
+                         config.weight_decay, precision=config.precision or "float32", lr_decay=config.lr_decay)
 
 
 class Simulation:
@@ -100,7 +101,8 @@ class Simulation:
         """What the method's server side gets in round ``round_index`` (0-based); ``phase``
         0 is the aggregation, 1 the collect phase (each with its own random stream)."""
         return ServerContext(round_index, generator_for(self.config.seed, SERVER_KEY, round_index, phase),
-                             torch.device(self.config.device), self.info, self.settings, self._server_model)
+                             torch.device(self.config.device), self.info, self.settings.for_round(round_index),
+                             self._server_model)
 
     def client(self, cid: int, round_index: int, purpose: int) -> Client:
         """Client ``cid`` as a method sees it in this process (its stored personal state)."""
@@ -290,12 +292,12 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
             on_round_end(r + 1, record)
 
     return _result(config, history, acc_history, eval_rounds, seconds, data, rundir,
-                   getattr(sim.algorithm, "failure_counters", ()))
+                   getattr(sim.algorithm, "failure_counters", ()), final_state=sim.snapshot())
 
 
 def _result(config: ExperimentConfig, history: list[dict], acc_history: list[list[float]],
             eval_rounds: list[int], seconds: float, data: FederatedData, rundir: RunDirectory,
-            failure_counters: Iterable[str] = ()) -> RunResult:
+            failure_counters: Iterable[str] = (), final_state: dict | None = None) -> RunResult:
     accs = np.asarray(acc_history, dtype=np.float64)
     means = np.array([h["acc_mean"] for h in history if "acc_mean" in h])
     pooled = np.array([h["acc_weighted"] for h in history if "acc_weighted" in h])
@@ -326,7 +328,7 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
     result = RunResult(config, summary, history, accs[-1], np.asarray(eval_rounds), accs, rundir.path)
     rundir.finish(result, {"final": accs[-1], "best": accs[best], "history": accs,
                            "eval_rounds": np.asarray(eval_rounds), "train_sizes": data.train_sizes,
-                           "test_sizes": data.test_sizes})
+                           "test_sizes": data.test_sizes}, final_state)
     return result
 
 

@@ -2,8 +2,9 @@
 experimental settings as configs and the numbers it reports, so notebooks, tables and
 scripts share one source.
 
-Now: :mod:`pflcore.papers.fedpac` (FedPAC, Xu, Tong, Huang, ICLR 2023) and
-:mod:`pflcore.papers.fedcp` (FedCP, Zhang et al., KDD 2023).
+Now: :mod:`pflcore.papers.fedpac` (FedPAC, Xu, Tong, Huang, ICLR 2023),
+:mod:`pflcore.papers.fedcp` (FedCP, Zhang et al., KDD 2023) and
+:mod:`pflcore.papers.fedfa` (FedFA, Zhou, Zhang, Tsang: feature anchors).
 """
 from __future__ import annotations
 

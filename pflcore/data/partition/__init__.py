@@ -27,7 +27,9 @@ Conventions (all partitioners):
 Kinds (:data:`KINDS`, one module each in this package, holding its partitioner and its
 label-free check): ``dominant``, ``pathological``, ``dirichlet``, ``iid``, ``quantity``,
 ``natural``, ``given`` (the split a dataset came with), ``pfllib_dirichlet`` and
-``pfllib_pathological`` (PFLlib's generators, as FedCP used them); plus the transform
+``pfllib_pathological`` (PFLlib's generators, as FedCP used them), ``fedfa_shards`` and
+``fedfa_dirichlet`` (FedFA's label skews: FedLab's shards and capped hetero-Dirichlet over
+the train split); plus the transform
 :func:`subsample`.  A new kind is a new module defining
 ``KIND = PartitionKind(name, partition=..., check=...)`` plus its name in ``_KIND_MODULES``.
 """
@@ -71,7 +73,7 @@ __all__ = [
 #: The kind modules of this package, in registry order (each defines ``KIND``).
 _KIND_MODULES = (
     "dominant", "pathological", "dirichlet", "iid", "quantity", "natural", "given", "pfllib_dirichlet",
-    "pfllib_pathological",
+    "pfllib_pathological", "fedfa_shards", "fedfa_dirichlet",
 )
 
 

@@ -39,17 +39,31 @@ def partition(
     first ``floor(0.75 n)`` of a shuffle). Unlike kind ``dirichlet``, the cap on full
     clients shapes the draw and the per-client split ignores classes.
     """
-    n, rng = ctx.num_clients, ctx.rng
+    n = ctx.num_clients
     assert n is not None
-    labels = ctx.pooled_labels
+    members, attempt = capped_dirichlet(ctx.pooled_labels, ctx.num_classes, n, alpha, least_samples, max_retries,
+                                        ctx.rng, kind="pfllib_dirichlet", size_param="least_samples")
+    train, test = split_unstratified(members, train_fraction, ctx.rng)
+    info: dict[str, Any] = {"attempts": attempt, "train_fraction": float(train_fraction)}
+    return train, test, info
+
+
+def capped_dirichlet(labels: np.ndarray, num_classes: int, n: int, alpha: float, min_size: int, max_retries: int,
+                     rng: np.random.Generator, *, kind: str, size_param: str) -> tuple[list[np.ndarray], int]:
+    """The capped Dirichlet allocation shared by PFLlib's and FedLab's generators: for each
+    class in turn its samples are shuffled, ``q ~ Dir_n(alpha)`` is drawn, clients already
+    holding at least ``len(labels) / n`` samples get ``q_i = 0``, ``q`` is renormalised and
+    client ``i`` takes the slice ``[floor(Q_{<i} n_k), floor(Q_{<=i} n_k))``. Redrawn, up to
+    ``max_retries`` times, until every client holds at least ``min_size``. Returns each
+    client's sorted sample indices and the number of draws; errors name ``size_param``."""
     total = labels.size
-    if least_samples * n > total:
+    if min_size * n > total:
         raise PartitionError(
-            f"least_samples={least_samples} is infeasible for kind 'pfllib_dirichlet': {n} clients x "
-            f"{least_samples} samples exceed the {total} samples; lower least_samples or num_clients.",
-            param="least_samples",
+            f"{size_param}={min_size} is infeasible for kind {kind!r}: {n} clients x {min_size} samples "
+            f"exceed the {total} samples; lower {size_param} or num_clients.",
+            param=size_param,
         )
-    by_class = [np.flatnonzero(labels == k) for k in range(ctx.num_classes)]
+    by_class = [np.flatnonzero(labels == k) for k in range(num_classes)]
     concentration = np.full(n, float(alpha))
     for attempt in range(1, max_retries + 1):
         pieces: list[list[np.ndarray]] = [[] for _ in range(n)]
@@ -66,19 +80,16 @@ def partition(
             for i, part in enumerate(np.split(idx_k, cuts)):
                 pieces[i].append(part)
                 sizes[i] += part.size
-        if usable and sizes.min() >= least_samples:
-            break
-    else:
-        raise PartitionError(
-            f"alpha={alpha} with least_samples={least_samples} and num_clients={n} did not give every client "
-            f"at least least_samples samples in max_retries={max_retries} draws; raise alpha or max_retries, "
-            "or lower least_samples or num_clients.",
-            param="alpha",
-        )
-    members = [np.sort(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in pieces]
-    train, test = split_unstratified(members, train_fraction, rng)
-    info: dict[str, Any] = {"attempts": attempt, "train_fraction": float(train_fraction)}
-    return train, test, info
+        if usable and sizes.min() >= min_size:
+            members = [np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, dtype=np.int64)
+                       for p in pieces]
+            return members, attempt
+    raise PartitionError(
+        f"alpha={alpha} with {size_param}={min_size} and num_clients={n} did not give every client at least "
+        f"{size_param} samples in max_retries={max_retries} draws; raise alpha or max_retries, or lower "
+        f"{size_param} or num_clients.",
+        param="alpha",
+    )
 
 
 def check(p: dict, num_classes: int | None) -> None:

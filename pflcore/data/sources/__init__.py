@@ -21,8 +21,10 @@ Each dataset family is one module of this package, declaring a :class:`DatasetSo
 (probe, parser, pinned download, shape): ``idx`` (Fashion-MNIST, MNIST), ``emnist``
 (IDX files or the official ``gzip.zip``), ``cifar`` (the python pickles, folder or
 ``.tar.gz``), ``cinic`` (the CINIC-10 PNG folders), ``digits`` (scikit-learn's),
-``tinyimagenet``, ``agnews`` (AG News's CSVs, tokenised) and ``pfllib`` (a dataset already
-split into clients, in PFLlib's format, images or token ids).
+``tinyimagenet``, ``agnews`` (AG News's CSVs, tokenised), ``pfllib`` (a dataset already
+split into clients, in PFLlib's format, images or token ids) and ``digit5`` (SVHN, USPS,
+SynthDigits and MNIST-M, the Mixed Digits members besides MNIST: their published files or
+FedBN's DIGIT-5 folders).
 :data:`_SOURCES` below lists them. A damaged or truncated file raises
 :class:`DatasetCorruptError` naming it; nothing is ever half-loaded.
 
@@ -39,7 +41,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import agnews, cifar, cinic, digits, emnist, idx, pfllib, tinyimagenet
+from . import agnews, cifar, cinic, digit5, digits, emnist, idx, pfllib, tinyimagenet
 from .common import (
     Dataset,
     DatasetCorruptError,
@@ -74,7 +76,7 @@ _SOURCES: dict[str, DatasetSource] = {
     s.name: s
     for s in (idx.FMNIST, idx.MNIST, emnist.EMNIST, cifar.CIFAR10, cifar.CIFAR100, cinic.CINIC10, digits.DIGITS,
               tinyimagenet.TINYIMAGENET, agnews.AGNEWS,
-              pfllib.PFLLIB)
+              pfllib.PFLLIB, digit5.SVHN, digit5.USPS, digit5.SYNTHDIGITS, digit5.MNISTM)
 }
 
 DATASETS: tuple[str, ...] = tuple(_SOURCES)
@@ -250,7 +252,10 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, download
     :data:`CINIC_TRAIN_INCLUDES_VALID`), ``digits`` (scikit-learn's 1x8x8 digits scaled
     to 0..255, a fixed stratified 75/25 split with seed :data:`DIGITS_SPLIT_SEED`),
     ``agnews`` (AG News's ``train.csv``/``test.csv`` as ``int64 (N, 200)`` token ids, the
-    vocabulary from the training split, 4 classes; FedCP section 6.1).
+    vocabulary from the training split, 4 classes; FedCP section 6.1), ``svhn`` (3x32x32),
+    ``usps`` (1x16x16), ``synthdigits`` (3x32x32) and ``mnistm`` (3x28x28 or 3x32x32, the
+    files' own), the Mixed Digits members of FedFA section 5 (see
+    :mod:`pflcore.data.sources.digit5`).
     ``mean``/``std`` are exact per-channel statistics of the training pixels in [0, 1]
     (empty for token ids, which are not normalised).
 

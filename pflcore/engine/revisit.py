@@ -1,0 +1,49 @@
+"""A finished run, revisited: its final server and client states restored into a
+simulation, to analyse the trained models (features, t-SNE) or to score them again with
+other evaluation-time settings (kNN-Per's lambda and k, FedAvg-FT's or FedEM-FT's
+fine-tuning epochs, Fed-RoD's prediction) without training again.
+
+    from pflcore.engine.revisit import reevaluate
+    acc = reevaluate("results/paper/fedpac/knn_per-fmnist-...", {"lam": 0.7})
+
+Only parameters that act at prediction time make sense here: the restored states are
+those the run's own settings trained.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .results import RunResult
+from .simulation import Simulation, build_data
+
+
+def final_simulation(result: RunResult | str | Path, method_params: Mapping[str, Any] | None = None,
+                     *, workers: int | str = 0) -> Simulation:
+    """A :class:`Simulation` of the run's config (its method's parameters updated with
+    ``method_params``) holding the run's final states; ``workers`` as in a config (0: this
+    process). Close it when done (``sim.close()``) if it uses worker processes."""
+    result = result if isinstance(result, RunResult) else RunResult.load(result)
+    config = result.config
+    if method_params:
+        config = config.replace(method_params={**config.method_params, **dict(method_params)})
+    config = config.replace(workers=workers)
+    sim = Simulation(config, build_data(config))
+    sim.restore(result.final_state())
+    return sim
+
+
+def reevaluate(result: RunResult | str | Path, method_params: Mapping[str, Any] | None = None) -> np.ndarray:
+    """Every client's test accuracy (%) of the run's final models, predicted with the run's
+    method under ``method_params``: with none, exactly the run's final accuracies."""
+    result = result if isinstance(result, RunResult) else RunResult.load(result)
+    sim = final_simulation(result, method_params)
+    try:
+        return sim.evaluate(result.config.rounds - 1)
+    finally:
+        sim.close()
+
+
+__all__ = ["final_simulation", "reevaluate"]
