@@ -30,7 +30,7 @@ the engine, the backends or the test data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -114,6 +114,29 @@ class Client:
         epochs/lr/batch_size/momentum/weight_decay). Returns the mean loss."""
         return sgd_train(model if model is not None else self.model, params, self.x, self.y,
                          self.training_settings(**overrides), generator or self.generator, loss_fn)
+
+    def train_adjusted(self, model: nn.Module, params: Iterable[nn.Parameter],
+                       adjust: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+                       loss_fn: LossFn = cross_entropy) -> tuple[float, int]:
+        """The standard loop (:meth:`batches`, :meth:`sgd`) with a hook on the gradient: each
+        step's gradients of ``loss_fn`` (zeros for parameters the loss does not use) go
+        through ``adjust`` (called without autograd) and the SGD step follows what it
+        returns: SCAFFOLD's control variates, FedDyn's linear and proximal terms. Returns the
+        mean loss and the number of steps taken."""
+        params = list(params)
+        step = self.sgd(params)
+        total, steps = torch.zeros((), device=self.x.device), 0
+        with self.trainable(model, params):
+            for x, y in self.batches():
+                with self.precision():
+                    loss = loss_fn(model, x, y)
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+                with torch.no_grad():
+                    direction = adjust([torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)])
+                step.update(direction)
+                total += loss.detach()
+                steps += 1
+        return (float(total.item()) / steps if steps else 0.0), steps
 
     def train_head_on_features(self, head: nn.Module, features: torch.Tensor, **overrides: Any) -> float:
         """Train a head on fixed features: exactly head training with a frozen body, far cheaper."""

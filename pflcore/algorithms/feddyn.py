@@ -43,7 +43,6 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
-from ..training import cross_entropy
 from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
 
 
@@ -110,29 +109,20 @@ class FedDyn(Algorithm):
         g_k = [own[n] for n in names] if own is not None else [torch.zeros_like(p) for p in anchor]
         alpha = self.local_alpha(payload, client)
         max_norm = float(self.max_grad_norm)
-        step = client.sgd(params)
-        total, steps = torch.zeros((), device=client.x.device), 0
-        with client.trainable(model, params):
-            for x, y in client.batches():
-                with client.precision():
-                    loss = cross_entropy(model, x, y)
-                grads = torch.autograd.grad(loss, params, allow_unused=True)
-                with torch.no_grad():
-                    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
-                    # grad l_k - g_k + alpha (theta - theta^{t-1})
-                    direction = torch._foreach_sub(grads, g_k)
-                    torch._foreach_add_(direction, torch._foreach_sub(params, anchor), alpha=alpha)
-                    if max_norm > 0:
-                        clip_(direction, max_norm)
-                step.update(direction)
-                total += loss.detach()
-                steps += 1
+
+        def adjust(grads: list[torch.Tensor]) -> list[torch.Tensor]:
+            direction = torch._foreach_sub(grads, g_k)  # grad l_k - g_k + alpha (theta - theta^{t-1})
+            torch._foreach_add_(direction, torch._foreach_sub(params, anchor), alpha=alpha)
+            if max_norm > 0:
+                clip_(direction, max_norm)
+            return direction
+
+        loss, _ = client.train_adjusted(model, params, adjust)
         with torch.no_grad():
             drift = torch._foreach_sub([p.detach() for p in params], anchor)
             new = torch._foreach_add(g_k, drift, alpha=-alpha)
         client.state["gradient"] = {n: t for n, t in zip(names, new)}
-        return {"model": snapshot(model), "num_samples": client.num_samples,
-                "loss": float(total.item()) / steps if steps else 0.0}
+        return {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
 
     # -- prediction ----------------------------------------------------------------------
     def shared_predictor(self, state: dict, model: SplitModel) -> nn.Module:

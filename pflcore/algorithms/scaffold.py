@@ -55,7 +55,6 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
-from ..training import cross_entropy
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights,
                    snapshot)
 
@@ -121,22 +120,15 @@ class SCAFFOLD(Algorithm):
         mean_gradient = self.control_update == "mean_gradient"
         wd = float(client.settings.weight_decay)
         grad_sum = [torch.zeros_like(p) for p in params] if mean_gradient else None
-        step = client.sgd(params)
-        total, steps = torch.zeros((), device=client.x.device), 0
-        with client.trainable(model, params):
-            for x, y in client.batches():
-                with client.precision():
-                    loss = cross_entropy(model, x, y)
-                grads = torch.autograd.grad(loss, params, allow_unused=True)
-                grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
-                if mean_gradient:
-                    with torch.no_grad():
-                        torch._foreach_add_(grad_sum, grads)
-                        if wd:
-                            torch._foreach_add_(grad_sum, params, alpha=wd)
-                step.update(torch._foreach_add(grads, correction) if any_correction else grads)
-                total += loss.detach()
-                steps += 1
+
+        def adjust(grads: list[torch.Tensor]) -> list[torch.Tensor]:
+            if mean_gradient:
+                torch._foreach_add_(grad_sum, grads)
+                if wd:
+                    torch._foreach_add_(grad_sum, params, alpha=wd)
+            return torch._foreach_add(grads, correction) if any_correction else grads
+
+        loss, steps = client.train_adjusted(model, params, adjust)
         with torch.no_grad():
             if steps == 0:
                 new = [t.clone() for t in c_i]
@@ -150,8 +142,7 @@ class SCAFFOLD(Algorithm):
             delta = torch._foreach_sub(new, c_i)
         client.state["control"] = {n: t for n, t in zip(names, new)}
         return {"model": snapshot(model), "delta_control": {n: t for n, t in zip(names, delta)},
-                "num_samples": client.num_samples, "steps": steps,
-                "loss": float(total.item()) / steps if steps else 0.0}
+                "num_samples": client.num_samples, "steps": steps, "loss": loss}
 
     # -- prediction ----------------------------------------------------------------------
     def shared_predictor(self, state: dict, model: SplitModel) -> nn.Module:

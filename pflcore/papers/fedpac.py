@@ -90,9 +90,17 @@ _T1_ROWS = {
     "fedpac": [86.46, 89.88, 91.83, 92.72, 81.13, 83.36, 74.96, 77.36],
 }
 
-FEDPAC_TABLE1: dict[str, dict[int, dict[str, float]]] = {}
-for _col, (_dataset, _clients) in enumerate(_T1_COLUMNS):
-    FEDPAC_TABLE1.setdefault(_dataset, {})[_clients] = {m: v[_col] for m, v in _T1_ROWS.items()}
+
+
+def _by_column(rows: dict[str, list[float]]) -> dict[str, dict[int, dict[str, float]]]:
+    """A table given row by row over :data:`_T1_COLUMNS`, as dataset -> clients -> row -> value."""
+    table: dict[str, dict[int, dict[str, float]]] = {}
+    for col, (dataset, clients) in enumerate(_T1_COLUMNS):
+        table.setdefault(dataset, {})[clients] = {label: values[col] for label, values in rows.items()}
+    return table
+
+
+FEDPAC_TABLE1 = _by_column(_T1_ROWS)
 
 FEDPAC_T1_METHODS = tuple(_T1_ROWS)
 
@@ -125,9 +133,7 @@ _T4_ROWS = {
     "fedem_ft M=5": [83.42, 86.72, 90.56, 91.59, 80.17, 83.15, 74.47, 78.35],
     "fedpac": [86.46, 89.88, 91.83, 92.72, 81.13, 83.36, 74.96, 77.36],
 }
-FEDPAC_TABLE4: dict[str, dict[int, dict[str, float]]] = {}
-for _col, (_dataset, _clients) in enumerate(_T1_COLUMNS):
-    FEDPAC_TABLE4.setdefault(_dataset, {})[_clients] = {m: v[_col] for m, v in _T4_ROWS.items()}
+FEDPAC_TABLE4 = _by_column(_T4_ROWS)
 
 #: FedPAC Table 5 (appendix C.5, FedProto-G / -L, 20 clients): dataset -> row label -> accuracy (%).
 FEDPAC_TABLE5 = {
