@@ -47,6 +47,9 @@ class ExperimentConfig:
     momentum: float = 0.5
     weight_decay: float = 5e-4
     eval_every: int = 1
+    # samples per class of a fixed verification set whose features every participant's trained
+    # model reports each round (FedFA Fig. 4: feature distance, classifier-update similarity); 0: off
+    feature_probe: int = 0
     checkpoint_every: int = 10
     seed: int = 0
     precision: str | None = None  # local training: None/"float32", or "bfloat16" (autocast)
@@ -86,7 +89,7 @@ class ExperimentConfig:
         """Hash of every field that changes the numbers.
 
         Left out: naming, output and cadence fields, where the work runs (device, workers),
-        and fields set to ``None`` or ``lr_decay`` at 1 (so adding an optional feature later
+        and fields set to ``None``, ``lr_decay`` at 1 or ``feature_probe`` at 0 (so adding an optional feature later
         keeps existing fingerprints). The method's parameters enter
         with its defaults filled in, so changing a default changes the fingerprint."""
         from .algorithms import ALGORITHMS
@@ -95,6 +98,8 @@ class ExperimentConfig:
         payload = {k: v for k, v in self.to_dict().items() if k not in ignored and v is not None}
         if payload.get("lr_decay") == 1.0:  # no decay: the fingerprint of runs from before the field
             del payload["lr_decay"]
+        if payload.get("feature_probe") == 0:  # likewise: no probe, the fingerprint of runs from before it
+            del payload["feature_probe"]
         payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
         if self.dataset == "pfllib" and self.data_root is not None:
             # the data is the folder's: two PFLlib folders must not share results (its
@@ -152,6 +157,8 @@ class ExperimentConfig:
         for name in ("num_clients", "rounds", "batch_size", "eval_every", "checkpoint_every"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise bad(name, "it must be a whole number >= 1")
+        if not _is_int(self.feature_probe) or self.feature_probe < 0:
+            raise bad("feature_probe", "it must be a whole number >= 0 (samples per class; 0: off)")
         if not _is_int(self.local_epochs) or self.local_epochs < 0:
             raise bad("local_epochs", "it must be a whole number >= 0")
         if not _is_int(self.seed) or self.seed < 0:

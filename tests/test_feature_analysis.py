@@ -301,3 +301,41 @@ def test_personal_bodies_give_different_features(make_config):
     feats = client_features(sim, x, clients=[0, 2])
     assert sorted(feats) == [0, 2] and not torch.equal(feats[0], feats[2])
     assert feature_distance([feats[0], feats[2]]) > 0
+
+
+# ---------------------------------------------------------------------- the engine's per-round probe
+def test_feature_probe_records_fig4_statistics_without_changing_training(make_config):
+    from pflcore.engine import run
+
+    from conftest import strip
+
+    plain = run(make_config(method="fedavg", rounds=2, name="plain"))
+    probed = run(make_config(method="fedavg", rounds=2, feature_probe=3, name="probed"))
+    keys = ("feature_distance", "classifier_update_similarity")
+    for record in probed.history:
+        assert record["feature_distance"] >= 0 and -1 <= record["classifier_update_similarity"] <= 1
+    assert [{k: v for k, v in h.items() if k not in keys} for h in strip(probed.history)] == strip(plain.history)
+    # worker processes measure the same (one thread each: float sums ordered differently than in
+    # this process's two threads, so equal to rounding)
+    workers = run(make_config(method="fedavg", rounds=2, feature_probe=3, workers=2, name="workers"))
+    for a, b in zip(workers.history, probed.history):
+        assert [a[k] for k in keys] == pytest.approx([b[k] for k in keys], rel=1e-6)
+
+
+def test_feature_probe_on_personal_predictors_reports_the_distance_only(make_config):
+    from pflcore.engine import run
+
+    result = run(make_config(method="local", rounds=1, feature_probe=2))
+    assert result.history[0]["feature_distance"] > 0  # every client trains its own model
+    assert "classifier_update_similarity" not in result.history[0]
+
+
+def test_feature_probe_is_validated_and_off_keeps_fingerprints(make_config):
+    import pytest
+
+    from pflcore.config import ConfigError
+
+    assert make_config(feature_probe=0).fingerprint() == make_config().fingerprint()
+    assert make_config(feature_probe=5).fingerprint() != make_config().fingerprint()
+    with pytest.raises(ConfigError, match="feature_probe"):
+        make_config(feature_probe=-1)

@@ -398,3 +398,12 @@ def check_deployment(tmp_path: Path):
         assert not running, f"processes left running: {running}"
 
 
+
+
+def test_codec_carries_the_feature_probe(tmp_path):
+    """A train job's output with the feature probe's measurements crosses Flower exactly."""
+    config = tiny_config(tmp_path, method="fedavg", rounds=1, feature_probe=2)
+    sim = Simulation(config, build_data(config))
+    result = sim.worker.run(ClientJob(TRAIN, 1, 0, sim.algorithm.payload(sim.state, 1, TRAIN), {}))
+    assert "_feature_probe" in result.output
+    assert_same(result.output, roundtrip(result.output))

@@ -86,7 +86,7 @@ class WorkerPool:
                 w = self.worker
                 self._setup = {"algorithm": (type(w.algorithm), w.algorithm.params), "settings": w.settings,
                                "seed": w.seed, "num_classes": w.num_classes, "train": _pack(w.train_data),
-                               "test": _pack(w.test_data), "model": pickle.dumps(w.model)}
+                               "test": _pack(w.test_data), "model": pickle.dumps(w.model), "probe": w.probe}
             procs.configure(self._setup)
             procs.owner = self
         return procs
@@ -347,7 +347,8 @@ def _worker_main(conn, parent_pid: int, death_signal: bool = False) -> None:
         if command == "setup":
             cls, params = body["algorithm"]
             worker = ClientWorker(cls(**params), body["settings"], body["seed"], body["num_classes"],
-                                  _unpack(body["train"]), _unpack(body["test"]), pickle.loads(body["model"]))
+                                  _unpack(body["train"]), _unpack(body["test"]), pickle.loads(body["model"]),
+                                  body["probe"])
             continue
         try:
             reply = ("ok", pickle.dumps([worker.run(job) for job in pickle.loads(body)],

@@ -75,8 +75,22 @@ class JobKind:
     work: Callable[["ClientWorker", ClientJob, Client], Any]
 
 
+#: The key under which a train job's output carries what the feature probe measured (the
+#: engine takes it out before the method aggregates).
+PROBE_KEY = "_feature_probe"
+
+
 def _train(worker: "ClientWorker", job: ClientJob, client: Client) -> Any:
-    return worker.algorithm.local_update(job.payload, client)
+    update = worker.algorithm.local_update(job.payload, client)
+    if worker.probe is not None and isinstance(update, dict):
+        # FedFA Fig. 4: the trained model's features on the verification set and its classifier,
+        # after local training and before aggregation (the model the method trained in client.model)
+        from ..analysis.features import model_features
+        from ..algorithms.base import snapshot
+
+        update[PROBE_KEY] = {"features": model_features(client.model, worker.probe),
+                             "head": snapshot(client.model.head)}
+    return update
 
 
 def _evaluate(worker: "ClientWorker", job: ClientJob, client: Client) -> Any:
@@ -105,7 +119,8 @@ class ClientWorker:
 
     def __init__(self, algorithm: Algorithm, settings: TrainSettings, seed: int, num_classes: int,
                  train: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                 test: Sequence[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module):
+                 test: Sequence[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module,
+                 probe: torch.Tensor | None = None):
         self.algorithm = algorithm
         self.settings = settings
         self.seed = seed
@@ -113,6 +128,7 @@ class ClientWorker:
         self.train_data = train
         self.test_data = test
         self.model = model
+        self.probe = probe  # the feature probe's verification inputs (``feature_probe``), or None
         self.modules = algorithm.client_modules(model)
 
     @classmethod
@@ -123,9 +139,14 @@ class ClientWorker:
         from ..algorithms import make_algorithm
         from .simulation import initial_model, train_settings
 
+        probe = None
+        if config.feature_probe:
+            from ..analysis.features import verification_set
+
+            probe = verification_set(data, per_class=config.feature_probe, seed=0)[0]
         return cls(algorithm or make_algorithm(config.method, **config.method_params), train_settings(config),
                    config.seed, data.num_classes, [(s.x, s.y) for s in data.train], [(s.x, s.y) for s in data.test],
-                   copy.deepcopy(model if model is not None else initial_model(config, data)))
+                   copy.deepcopy(model if model is not None else initial_model(config, data)), probe)
 
     def client(self, client_id: int, round_index: int, purpose: int, state: dict) -> Client:
         x, y = self.train_data[client_id]
@@ -146,4 +167,5 @@ class ClientWorker:
         return ClientResult(output, client.state if kind.keeps_state else job.state)
 
 
-__all__ = ["ClientJob", "ClientResult", "ClientWorker", "JOB_KINDS", "JobKind", "COLLECT", "EVALUATE", "TRAIN"]
+__all__ = ["ClientJob", "ClientResult", "ClientWorker", "JOB_KINDS", "JobKind", "PROBE_KEY", "COLLECT", "EVALUATE",
+           "TRAIN"]

@@ -29,7 +29,7 @@ from ..models import SplitModel, build_model
 from ..training import INIT_KEY, SERVER_KEY, TrainSettings, derive_seed, generator_for
 from .evaluation import accuracies, shared_correct, summarize
 from .executors import InProcess, WorkerPool, resolve_workers
-from .jobs import ClientJob, ClientWorker
+from .jobs import PROBE_KEY, ClientJob, ClientWorker
 from .results import RunDirectory, RunResult
 from .schedule import participants
 
@@ -119,6 +119,7 @@ class Simulation:
 
         ``clients`` replaces the schedule's participants (benchmarks, custom schedules)."""
         ids = [int(c) for c in (self.participants(round_index) if clients is None else clients)]
+        received = self._received_head() if self.worker.probe is not None else None
         jobs = [ClientJob(TRAIN, cid, round_index, self.algorithm.payload(self.state, cid, TRAIN),
                           self.client_states.get(cid, {})) for cid in ids]
         updates, failed = {}, {}
@@ -133,6 +134,9 @@ class Simulation:
         losses = [float(u["loss"]) for u in updates.values() if "loss" in u] if self.config.local_epochs > 0 else []
         record: dict[str, Any] = {"round": round_index + 1, "participants": ids,
                                   "train_loss": float(np.mean(losses)) if losses else float("nan")}
+        probes = {cid: u.pop(PROBE_KEY) for cid, u in updates.items() if PROBE_KEY in u}
+        if probes:
+            record.update(self._probe_statistics(probes, received))
         if failed:
             record["failed"] = {str(cid): error for cid, error in failed.items()}
         if not updates:
@@ -147,6 +151,26 @@ class Simulation:
         if self.algorithm.collects(round_index, self.config.rounds):
             self.collect(round_index, record)
         return record
+
+    def _received_head(self) -> dict | None:
+        """The classifier a global method sends this round (None for personal predictors)."""
+        from ..analysis.features import received_head
+
+        return received_head(self)
+
+    @staticmethod
+    def _probe_statistics(probes: dict[int, dict], received: dict | None) -> dict[str, float]:
+        """FedFA Fig. 4 over this round's participants, after local training and before
+        aggregation: the feature distance between their models on the verification set and,
+        for a global method, the similarity of their classifier updates."""
+        from ..analysis.features import classifier_update_similarity, feature_distance
+
+        ids = sorted(probes)
+        out = {"feature_distance": feature_distance([probes[c]["features"] for c in ids])}
+        if received is not None:
+            out["classifier_update_similarity"] = classifier_update_similarity([probes[c]["head"] for c in ids],
+                                                                               received)
+        return out
 
     def collect(self, round_index: int, record: dict) -> None:
         """The collect phase: every client with training data computes the method's
