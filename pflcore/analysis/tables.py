@@ -74,6 +74,11 @@ def _missing_rows(results: Mapping[str, object], paper: Mapping[str, float] | No
     from ..algorithms import ALGORITHMS
     from ..papers import split_label
 
-    return [{"method": label, "paper": value,
-             "status": "not run" if split_label(label)[0] in ALGORITHMS else "not implemented yet"}
+    def implemented(label: str) -> bool:  # a "method name=value" label of a registered method
+        try:
+            return split_label(label)[0] in ALGORITHMS
+        except ValueError:  # a free-text row (an ablation's "w.o. cs")
+            return False
+
+    return [{"method": label, "paper": value, "status": "not run" if implemented(label) else "not implemented yet"}
             for label, value in (paper or {}).items() if label not in results]
