@@ -38,7 +38,13 @@ class ExperimentConfig:
     num_clients: int = 20
     rounds: int = 200
     participation: float = 1.0
+    # how a round's clients are drawn: "uniform" (round(C*N) of them without replacement) or
+    # "bernoulli" (each joins independently with probability C: pFedFDA appendix C.2)
+    sampling: str = "uniform"
     full_last_round: bool = False
+    # the fraction of clients held out of training and scored after the last round as new
+    # clients, each first adapting as its method prescribes (pFedFDA section 5, Table 4); 0: off
+    new_clients: float = 0.0
     dropout: list[float] | None = None  # [rho_min, rho_max]: FedCP Table 7 drop-out
     local_epochs: int = 5
     batch_size: int = 50
@@ -89,8 +95,8 @@ class ExperimentConfig:
         """Hash of every field that changes the numbers.
 
         Left out: naming, output and cadence fields, where the work runs (device, workers),
-        and fields set to ``None``, ``lr_decay`` at 1 or ``feature_probe`` at 0 (so adding an optional feature later
-        keeps existing fingerprints). The method's parameters enter
+        and fields set to ``None``, ``lr_decay`` at 1, ``feature_probe`` at 0, ``sampling`` uniform or
+        ``new_clients`` at 0 (so adding an optional feature later keeps existing fingerprints). The method's parameters enter
         with its defaults filled in, so changing a default changes the fingerprint."""
         from .algorithms import ALGORITHMS
 
@@ -98,8 +104,9 @@ class ExperimentConfig:
         payload = {k: v for k, v in self.to_dict().items() if k not in ignored and v is not None}
         if payload.get("lr_decay") == 1.0:  # no decay: the fingerprint of runs from before the field
             del payload["lr_decay"]
-        if payload.get("feature_probe") == 0:  # likewise: no probe, the fingerprint of runs from before it
-            del payload["feature_probe"]
+        for key, off in (("feature_probe", 0), ("sampling", "uniform"), ("new_clients", 0.0)):
+            if payload.get(key) == off:  # likewise: a feature left off keeps the fingerprint of runs from before it
+                del payload[key]
         payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
         if self.dataset == "pfllib" and self.data_root is not None:
             # the data is the folder's: two PFLlib folders must not share results (its
@@ -165,6 +172,15 @@ class ExperimentConfig:
             raise bad("seed", "it must be a whole number >= 0")
         if not _is_number(self.participation) or not 0 < self.participation <= 1:
             raise bad("participation", "it must be a rate in (0, 1]")
+        if self.sampling not in ("uniform", "bernoulli"):
+            raise bad("sampling", "use 'uniform' (round(participation * num_clients) clients per round) or "
+                                  "'bernoulli' (each client joins with probability participation)")
+        if not _is_number(self.new_clients) or not 0 <= self.new_clients < 1:
+            raise bad("new_clients", "it must be the fraction in [0, 1) of clients held out of training and scored "
+                                     "as new clients at the end (0: off)")
+        if self.new_clients and round(self.new_clients * self.num_clients) in (0, self.num_clients):
+            raise bad("new_clients", f"with {self.num_clients} clients it must hold out at least one client and "
+                                     "train on at least one")
         if not _is_number(self.lr) or self.lr <= 0:
             raise bad("lr", "it must be a finite number > 0")
         if not _is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
@@ -214,8 +230,9 @@ class ExperimentConfig:
                 check_shift(self.shift)
             except ShiftError as exc:
                 raise ConfigError(f"config field 'shift': {exc}") from None
-            if self.shift["kind"] == "rotation" and isinstance(shape, TextShape):
-                raise bad("shift", f"a rotation turns images, and {self.dataset!r} holds token ids (text); use "
+            acts = {"rotation": "a rotation turns images", "corruption": "a corruption changes images"}
+            if self.shift["kind"] in acts and isinstance(shape, TextShape):
+                raise bad("shift", f"{acts[self.shift['kind']]}, and {self.dataset!r} holds token ids (text); use "
                                    "'label_permutation' or no shift")
 
 

@@ -57,6 +57,7 @@ EVAL_KEY = 12   # building a client's predictor for evaluation, per round and cl
 INIT_KEY = 13   # the initial model's weights (and a method's other initial server-side weights)
 COLLECT_KEY = 14  # a client's statistics for a collect phase, per round and client
 SERVER_KEY = 15   # the server's own draws (ServerContext.generator), per round
+ADAPT_KEY = 16    # a new client's adaptation before it is scored (held out of training)
 
 
 def derive_seed(seed: int, *keys: int) -> int:
@@ -72,14 +73,21 @@ def generator_for(seed: int, *keys: int, device: str | torch.device = "cpu") -> 
     return g
 
 
+def epoch_orders(n: int, epochs: int, generator: torch.Generator,
+                 device: str | torch.device = "cpu") -> Iterator[torch.Tensor]:
+    """One random order of ``range(n)`` per epoch (a ``randperm`` drawn from ``generator``):
+    the visiting order of :func:`shuffled_batches`, for loops that need the sample indices."""
+    for _ in range(epochs):
+        yield torch.randperm(n, generator=generator, device=generator.device).to(device)
+
+
 def shuffled_batches(x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: int,
                      generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The mini-batches of ``epochs`` passes over (x, y): each epoch visits every sample once
     in an order drawn from ``generator`` (one ``randperm`` per epoch, gathered once, batches
     are slices; the last batch may be smaller). :func:`sgd_train` trains on exactly these."""
     n = int(y.shape[0])
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator, device=generator.device).to(x.device)
+    for order in epoch_orders(n, epochs, generator, x.device):
         xs, ys = x[order], y[order]
         for start in range(0, n, batch_size):
             yield xs[start:start + batch_size], ys[start:start + batch_size]

@@ -79,6 +79,11 @@ CASES: list[tuple[str, str, int | None, dict[str, Any], bool]] = [
     ("iid-spc", "iid", 10, {"samples_per_client": 100, "test_fraction": 0.3}, False),
     ("quantity", "quantity", 10, {"size_choices": [50, 100, 200], "test_fraction": 0.2}, False),
     ("natural-train", "natural", None, {"train_ids": _ids(N_TRAIN, 6, 7)}, True),
+    ("domains", "domains", 8, {"train_domains": _ids(N_TRAIN, 4, 13), "test_domains": _ids(TEST.size, 4, 14),
+                               "clients_per_domain": 2}, False),
+    ("domains-table7", "domains", 8, {"train_domains": _ids(N_TRAIN, 4, 15), "test_domains": _ids(TEST.size, 4, 16),
+                                      "clients_per_domain": 2, "alpha": 0.5, "on": "union", "train_fraction": 0.8},
+     True),
     ("natural-pooled", "natural", None, {"ids": _ids(POOLED.size, 6, 8)}, True),
     ("natural-both", "natural", 6, {"train_ids": _ids(N_TRAIN, 6, 9), "test_ids": _ids(TEST.size, 6, 10)}, False),
     ("given", "given", 6, {"train_owners": _ids(N_TRAIN, 6, 11), "test_owners": _ids(TEST.size, 6, 12)}, False),
@@ -156,7 +161,7 @@ def test_json_round_trip_and_params(case: tuple) -> None:
     back = Partition.from_dict(json.loads(json.dumps(p.to_dict())))
     assert back == p
     assert p.params["seed"] == 5 and p.params["num_clients"] == p.num_clients
-    if case[1] not in ("natural", "given"):  # params reproduce the partition exactly (ids are summarised)
+    if case[1] not in ("natural", "given", "domains"):  # params reproduce the partition exactly (ids are summarised)
         assert make_partition(p.kind, TRAIN, TEST, **p.params) == p
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Algorithm, Client, FederationInfo, Param, ServerContext
+from .apfl import APFL
 from .ccvr import CCVR
 from .ditto import Ditto
 from .fedamp import FedAMP
@@ -29,15 +30,16 @@ from .lg_fedavg import LGFedAvg
 from .local import Local
 from .moon import MOON
 from .perfedavg import PerFedAvg
+from .pfedfda import PFedFDA
 from .pfedhn import PFedHN
 from .pfedme import PFedMe
 from .scaffold import SCAFFOLD
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC,
-                              Ditto, PFedMe, PFedHN, CCVR, FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD,
+                              Ditto, PFedMe, PFedHN, APFL, CCVR, FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD,
                               KNNPer, HypCluster, FedEM, FedEMFT, FedProto,
-                              FedFA, SCAFFOLD, FedDyn, MOON, FedProc)
+                              FedFA, SCAFFOLD, FedDyn, MOON, FedProc, PFedFDA)
 }
 
 

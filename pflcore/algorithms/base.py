@@ -16,7 +16,8 @@ A method is a few functions over plain dicts:
   wherever the client runs (a worker process, a Flower node); the engine's one evaluation
   scores it on the client's test split.
 
-Optional: ``client_modules(model)`` declares extra per-client modules (a second model, a
+Optional: ``adapt(payload, client)`` prepares a client held out of training (a new
+client) before it is scored; ``client_modules(model)`` declares extra per-client modules (a second model, a
 frozen copy, a projection head), built once wherever the client runs; a collect phase
 (``collects`` / ``collect`` / ``absorb``) gathers statistics from every client after a
 round's aggregation (CCVR).
@@ -57,6 +58,7 @@ class FederationInfo:
 
 
 TRAIN, EVALUATE, COLLECT = "train", "evaluate", "collect"  # the purposes of a payload (job kinds)
+ADAPT = "adapt"  # the job of a new client: adapt (from a train payload), then be scored
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,16 @@ class Algorithm:
         """Extra scratch modules every client needs (``client.modules``), built once where
         the client runs from the run's model (e.g. a second model: ``copy.deepcopy(model)``)."""
         return {}
+
+    def adapt(self, payload: dict, client: Client) -> None:
+        """Prepare a client that never took part for inference, from the train payload it
+        would get now (new-client generalisation, pFedFDA section 5 and appendix C.3): by
+        default one local update as in a round, its upload discarded and its personal state
+        kept for the predictor; nothing for a method whose clients all predict with the
+        global model. Methods whose predictor adapts by itself (fine-tuning, statistics)
+        override this with nothing."""
+        if not self.predicts_globally:
+            self.local_update(payload, client)
 
     def shared_predictor(self, state: dict, model: SplitModel) -> nn.Module | None:
         """If every client uses the same model, return it (evaluation then batches all

@@ -18,6 +18,9 @@ class FedAvgFT(FedAvg):
     def shared_predictor(self, state: dict, model: SplitModel) -> None:
         return None
 
+    def adapt(self, payload: dict, client: Client) -> None:
+        """A new client fine-tunes in the predictor, like every client (appendix C.3)."""
+
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         model = load(client.model, payload["model"])
         client.train(model.parameters(), epochs=int(self.ft_epochs))

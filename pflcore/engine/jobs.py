@@ -9,6 +9,9 @@ message type carries it):
 - ``evaluate``: build the client's predictor and count its correct test predictions.
 - ``collect``: the method's ``collect`` (statistics for a collect phase, e.g. CCVR's
   per-class feature moments).
+- ``adapt``: a new client (held out of training) adapts as its method prescribes
+  (``Algorithm.adapt`` on the train payload) and its predictor is scored like ``evaluate``
+  (pFedFDA section 5); its personal state comes back unchanged.
 
 Personal state travels with the job and comes back with the result, so nothing that
 runs jobs keeps anything: the engine owns the state and checkpoints it.
@@ -21,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from ..algorithms.base import COLLECT, EVALUATE, TRAIN, Algorithm, Client
-from ..training import COLLECT_KEY, EVAL_KEY, TRAIN_KEY, TrainSettings, generator_for, predict_correct
+from ..algorithms.base import ADAPT, COLLECT, EVALUATE, TRAIN, Algorithm, Client
+from ..training import ADAPT_KEY, COLLECT_KEY, EVAL_KEY, TRAIN_KEY, TrainSettings, generator_for, predict_correct
 
 if TYPE_CHECKING:
     from ..config import ExperimentConfig
@@ -98,6 +101,12 @@ def _evaluate(worker: "ClientWorker", job: ClientJob, client: Client) -> Any:
     return int(predict_correct(worker.algorithm.predictor(job.payload, client), x, y).sum())
 
 
+def _adapt(worker: "ClientWorker", job: ClientJob, client: Client) -> Any:
+    worker.algorithm.adapt(job.payload[TRAIN], client)
+    x, y = worker.test_data[job.client_id]
+    return int(predict_correct(worker.algorithm.predictor(job.payload[EVALUATE], client), x, y).sum())
+
+
 def _collect(worker: "ClientWorker", job: ClientJob, client: Client) -> Any:
     return worker.algorithm.collect(job.payload, client)
 
@@ -106,6 +115,7 @@ JOB_KINDS: dict[str, JobKind] = {
     TRAIN: JobKind(TRAIN_KEY, keeps_state=True, by_samples=True, message_type="train", work=_train),
     EVALUATE: JobKind(EVAL_KEY, keeps_state=False, by_samples=False, message_type="evaluate", work=_evaluate),
     COLLECT: JobKind(COLLECT_KEY, keeps_state=False, by_samples=True, message_type="query", work=_collect),
+    ADAPT: JobKind(ADAPT_KEY, keeps_state=False, by_samples=True, message_type="evaluate", work=_adapt),
 }
 
 
@@ -167,5 +177,5 @@ class ClientWorker:
         return ClientResult(output, client.state if kind.keeps_state else job.state)
 
 
-__all__ = ["ClientJob", "ClientResult", "ClientWorker", "JOB_KINDS", "JobKind", "PROBE_KEY", "COLLECT", "EVALUATE",
-           "TRAIN"]
+__all__ = ["ClientJob", "ClientResult", "ClientWorker", "JOB_KINDS", "JobKind", "PROBE_KEY", "ADAPT", "COLLECT",
+           "EVALUATE", "TRAIN"]

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..algorithms import make_algorithm
-from ..algorithms.base import COLLECT, EVALUATE, TRAIN, Algorithm, Client, FederationInfo, ServerContext
+from ..algorithms.base import ADAPT, COLLECT, EVALUATE, TRAIN, Algorithm, Client, FederationInfo, ServerContext
 from ..config import ExperimentConfig
 from ..data.federated import FederatedData
 from ..data.partition import make_partition, subsample
@@ -31,7 +31,7 @@ from .evaluation import accuracies, shared_correct, summarize
 from .executors import InProcess, WorkerPool, resolve_workers
 from .jobs import PROBE_KEY, ClientJob, ClientWorker
 from .results import RunDirectory, RunResult
-from .schedule import participants
+from .schedule import held_out_clients, participants
 
 
 class DivergenceError(RuntimeError):
@@ -51,6 +51,9 @@ def build_data(config: ExperimentConfig) -> FederatedData:
     params = {k: v for k, v in config.partition.items() if k not in ("kind", "subsample")}
     if config.partition["kind"] == "given":
         params["train_owners"], params["test_owners"] = dataset.owners or (None, None)
+    elif config.partition["kind"] == "domains":
+        domains = getattr(dataset, "domains", None)  # a multi-domain dataset's (digit5); None for the others
+        params["train_domains"], params["test_domains"] = (domains.train, domains.test) if domains else (None, None)
     partition = make_partition(config.partition["kind"], dataset.train_y.numpy(), dataset.test_y.numpy(),
                                config.num_clients, seed=config.seed, num_classes=dataset.num_classes, **params)
     if config.partition.get("subsample", 1.0) < 1.0:
@@ -93,6 +96,8 @@ class Simulation:
                                    config.seed, self.settings, config.rounds, config.participation)
         self.state = self.algorithm.init(copy.deepcopy(self.model), self.info)
         self.client_states: dict[int, dict[str, Any]] = {}
+        # new clients (pFedFDA Table 4): kept out of training and out of the per-round scores
+        self.new_clients = held_out_clients(data.num_clients, config.new_clients, config.seed)
         self.worker = ClientWorker.for_run(config, data, self.algorithm, self.model)
         self._server_model = copy.deepcopy(self.model)
         self.executor = InProcess(self.worker)
@@ -112,7 +117,12 @@ class Simulation:
         c = self.config
         return participants(round_index, num_clients=self.data.num_clients, rounds=c.rounds,
                             participation=c.participation, full_last_round=c.full_last_round,
-                            dropout=tuple(c.dropout) if c.dropout else None, seed=c.seed)
+                            dropout=tuple(c.dropout) if c.dropout else None, seed=c.seed, sampling=c.sampling,
+                            pool=self.training_clients() if len(self.new_clients) else None)
+
+    def training_clients(self) -> np.ndarray:
+        """The ids of the clients that take part in training (all but the new clients)."""
+        return np.setdiff1d(np.arange(self.data.num_clients), self.new_clients)
 
     def run_round(self, round_index: int, clients: Iterable[int] | None = None) -> dict:
         """One round: payloads out, local updates, aggregation. Returns the round's record.
@@ -173,11 +183,11 @@ class Simulation:
         return out
 
     def collect(self, round_index: int, record: dict) -> None:
-        """The collect phase: every client with training data computes the method's
+        """The collect phase: every training client with training data computes the method's
         statistics; the method folds the answers into the server state."""
         jobs = [ClientJob(COLLECT, cid, round_index, self.algorithm.payload(self.state, cid, COLLECT),
                           self.client_states.get(cid, {}))
-                for cid in range(self.data.num_clients) if self.data.train_sizes[cid] > 0]
+                for cid in self.training_clients().tolist() if self.data.train_sizes[cid] > 0]
         collected, failed = {}, {}
         for job, result in zip(jobs, self.executor.run(jobs)):
             if result.failed:
@@ -202,20 +212,40 @@ class Simulation:
         return values
 
     def evaluate(self, round_index: int) -> np.ndarray:
-        """Per-client test accuracy of each client's predictor (the one evaluation).
+        """Per-client test accuracy of each client's predictor (the one evaluation); NaN for
+        a client held out as a new client (see :meth:`evaluate_new_clients`).
 
         A global method's model scores all clients' test data here in one batched pass;
         personalised predictors are built and scored per client by the executor."""
         sizes = self.data.test_sizes
         shared = self.algorithm.shared_predictor(self.state, self.model)
         if shared is not None:
-            return accuracies(shared_correct(shared, self.data), sizes)
+            acc = accuracies(shared_correct(shared, self.data), sizes)
+            acc[self.new_clients] = np.nan
+            return acc
+        scored = self.training_clients()
         jobs = [ClientJob(EVALUATE, cid, round_index, self.algorithm.payload(self.state, cid, EVALUATE),
-                          self.client_states.get(cid, {})) for cid in range(self.data.num_clients) if sizes[cid] > 0]
-        correct = np.zeros(self.data.num_clients)
+                          self.client_states.get(cid, {})) for cid in scored.tolist() if sizes[cid] > 0]
+        correct = np.full(self.data.num_clients, np.nan)
         for job, result in zip(jobs, self.executor.run(jobs)):
             correct[job.client_id] = np.nan if result.failed else result.output
         return accuracies(correct, sizes)  # a client that failed to evaluate counts as NaN
+
+    def evaluate_new_clients(self, round_index: int) -> np.ndarray:
+        """New-client generalisation (pFedFDA section 5, Table 4): every held-out client
+        adapts as its method prescribes (:meth:`Algorithm.adapt`: fine-tuning, statistics,
+        beta) from what the server would send it now, then its predictor is scored on its
+        test split. Per-client accuracy, NaN for the training clients."""
+        sizes = self.data.test_sizes
+        jobs = [ClientJob(ADAPT, cid, round_index,
+                          {TRAIN: self.algorithm.payload(self.state, cid, TRAIN),
+                           EVALUATE: self.algorithm.payload(self.state, cid, EVALUATE)},
+                          self.client_states.get(cid, {}))
+                for cid in self.new_clients.tolist() if sizes[cid] > 0]
+        correct = np.full(self.data.num_clients, np.nan)
+        for job, result in zip(jobs, self.executor.run(jobs)):
+            correct[job.client_id] = np.nan if result.failed else result.output
+        return accuracies(correct, sizes)
 
     def use_workers(self, workers: int | str) -> None:
         """Run the clients' work in ``workers`` processes (``"auto"``: one per core)."""
@@ -304,6 +334,10 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
             record.update(summarize(acc, data.test_sizes))
             acc_history.append(acc.tolist())
             eval_rounds.append(r + 1)
+            if r == config.rounds - 1 and len(sim.new_clients):
+                new_acc = sim.evaluate_new_clients(r)
+                record.update({f"new_{k}": v for k, v in summarize(new_acc, data.test_sizes).items()})
+                record["new_clients_acc"] = new_acc.tolist()
             progress.set_postfix(acc=f"{record['acc_mean']:.2f}", loss=f"{record['train_loss']:.3f}")
         seconds += time.perf_counter() - t0
         record["seconds"] = seconds
@@ -327,6 +361,7 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
     pooled = np.array([h["acc_weighted"] for h in history if "acc_weighted" in h])
     best, best_pooled = int(np.nanargmax(means)), int(np.nanargmax(pooled))
     last = history[-1]
+    new_acc = last.pop("new_clients_acc", None)  # per-client arrays go with the arrays, not the history
     summary = {
         "method": config.method, "dataset": config.dataset, "num_clients": data.num_clients,
         "acc_mean": last["acc_mean"], "acc_std": last["acc_std"], "acc_weighted": last["acc_weighted"],
@@ -336,6 +371,9 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
         "final_train_loss": last["train_loss"], "rounds": config.rounds, "seconds": seconds,
         "status": "finished",
     }
+    if new_acc is not None:  # new-client generalisation (config new_clients)
+        summary.update({k: last[k] for k in ("new_acc_mean", "new_acc_std", "new_acc_weighted")})
+        summary["new_clients"] = int(np.sum(~np.isnan(np.asarray(new_acc, dtype=np.float64))))
     failures = []
     for name in failure_counters:  # numbers the method reports that count its own failures
         per_round = [float(h.get(name, 0) or 0) for h in history]
@@ -352,7 +390,9 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
     result = RunResult(config, summary, history, accs[-1], np.asarray(eval_rounds), accs, rundir.path)
     rundir.finish(result, {"final": accs[-1], "best": accs[best], "history": accs,
                            "eval_rounds": np.asarray(eval_rounds), "train_sizes": data.train_sizes,
-                           "test_sizes": data.test_sizes}, final_state)
+                           "test_sizes": data.test_sizes,
+                           **({"new_final": np.asarray(new_acc, dtype=np.float64)} if new_acc is not None else {})},
+                final_state)
     return result
 
 

@@ -50,12 +50,13 @@ def fedpac_config(method: str, dataset: str = "fmnist", num_clients: int = 20, *
 
 
 #: The baselines' hyperparameters FedPAC chose (appendix B: Ditto lambda 1; pFedMe lambda
-#: 10 and K = 5; pFedHN server and client learning rates 0.01), used by
-#: :func:`fedpac_config` unless ``method_params`` is given.
+#: 10 and K = 5; pFedHN server and client learning rates 0.01; APFL a fixed alpha = 0.25, as
+#: pFedFDA too), used by :func:`fedpac_config` unless ``method_params`` is given.
 FEDPAC_METHOD_PARAMS: dict[str, dict[str, Any]] = {
     "ditto": {"lam": 1.0},
     "pfedme": {"lam": 10.0, "inner_steps": 5},
     "pfedhn": {"server_lr": 0.01},
+    "apfl": {"alpha": 0.25},
 }
 
 

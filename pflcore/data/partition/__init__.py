@@ -29,7 +29,8 @@ label-free check): ``dominant``, ``pathological``, ``dirichlet``, ``iid``, ``qua
 ``natural``, ``given`` (the split a dataset came with), ``pfllib_dirichlet`` and
 ``pfllib_pathological`` (PFLlib's generators, as FedCP used them), ``fedfa_shards`` and
 ``fedfa_dirichlet`` (FedFA's label skews: FedLab's shards and capped hetero-Dirichlet over
-the train split); plus the transform
+the train split) and ``domains`` (one domain of a multi-domain dataset per client,
+pFedFDA appendix D.1); plus the transform
 :func:`subsample`.  A new kind is a new module defining
 ``KIND = PartitionKind(name, partition=..., check=...)`` plus its name in ``_KIND_MODULES``.
 """
@@ -73,7 +74,7 @@ __all__ = [
 #: The kind modules of this package, in registry order (each defines ``KIND``).
 _KIND_MODULES = (
     "dominant", "pathological", "dirichlet", "iid", "quantity", "natural", "given", "pfllib_dirichlet",
-    "pfllib_pathological", "fedfa_shards", "fedfa_dirichlet",
+    "pfllib_pathological", "fedfa_shards", "fedfa_dirichlet", "domains",
 )
 
 

@@ -24,7 +24,8 @@ Each dataset family is one module of this package, declaring a :class:`DatasetSo
 ``tinyimagenet``, ``agnews`` (AG News's CSVs, tokenised), ``pfllib`` (a dataset already
 split into clients, in PFLlib's format, images or token ids) and ``digit5`` (SVHN, USPS,
 SynthDigits and MNIST-M, the Mixed Digits members besides MNIST: their published files or
-FedBN's DIGIT-5 folders).
+FedBN's DIGIT-5 folders), and ``multidomain`` (``digit5``: those four and MNIST as one
+dataset with each sample's domain, pFedFDA appendix D.1).
 :data:`_SOURCES` below lists them. A damaged or truncated file raises
 :class:`DatasetCorruptError` naming it; nothing is ever half-loaded.
 
@@ -41,7 +42,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import agnews, cifar, cinic, digit5, digits, emnist, idx, pfllib, tinyimagenet
+from . import agnews, cifar, cinic, digit5, digits, emnist, idx, multidomain, pfllib, tinyimagenet
 from .common import (
     Dataset,
     DatasetCorruptError,
@@ -76,7 +77,7 @@ _SOURCES: dict[str, DatasetSource] = {
     s.name: s
     for s in (idx.FMNIST, idx.MNIST, emnist.EMNIST, cifar.CIFAR10, cifar.CIFAR100, cinic.CINIC10, digits.DIGITS,
               tinyimagenet.TINYIMAGENET, agnews.AGNEWS,
-              pfllib.PFLLIB, digit5.SVHN, digit5.USPS, digit5.SYNTHDIGITS, digit5.MNISTM)
+              pfllib.PFLLIB, digit5.SVHN, digit5.USPS, digit5.SYNTHDIGITS, digit5.MNISTM, multidomain.DIGIT5)
 }
 
 DATASETS: tuple[str, ...] = tuple(_SOURCES)
@@ -255,7 +256,9 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, download
     vocabulary from the training split, 4 classes; FedCP section 6.1), ``svhn`` (3x32x32),
     ``usps`` (1x16x16), ``synthdigits`` (3x32x32) and ``mnistm`` (3x28x28 or 3x32x32, the
     files' own), the Mixed Digits members of FedFA section 5 (see
-    :mod:`pflcore.data.sources.digit5`).
+    :mod:`pflcore.data.sources.digit5`), and ``digit5`` (those four and MNIST, each member
+    loaded as above and conformed to 3x32x32, with each sample's domain in ``domains``:
+    pFedFDA appendix D.1, see :mod:`pflcore.data.sources.multidomain`).
     ``mean``/``std`` are exact per-channel statistics of the training pixels in [0, 1]
     (empty for token ids, which are not normalised).
 
@@ -265,6 +268,8 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, download
     The returned tensors are cached and shared between calls: do not modify them.
     """
     name = canonical_name(name)
+    if name in multidomain.MEMBERS:  # several datasets as one: each member is loaded as above
+        return multidomain.load(name, root, download)
     builtin = _SOURCES[name].builtin
     if builtin is not None:  # shipped with a library: nothing to locate
         return builtin()
