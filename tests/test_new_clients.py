@@ -154,3 +154,17 @@ def test_the_defaults_keep_the_fingerprint_of_runs_from_before_these_fields(make
     assert make_config(method="fedper", participation=0.5).fingerprint() == "74e4b7d3da"
     assert make_config(sampling="bernoulli").fingerprint() != config.fingerprint()
     assert make_config(new_clients=0.5).fingerprint() != config.fingerprint()
+
+
+def test_new_clients_rescored_clean_equal_the_runs_own_and_a_corruption_changes_their_data(make_config):
+    from pflcore.engine.revisit import new_client_accuracy
+
+    result = run(make_config(method="pfedfda", num_clients=6, new_clients=0.5, rounds=2))
+    stored = 100 * np.load(result.path / "clients.npz")["new_final"]
+    clean = new_client_accuracy(result)
+    np.testing.assert_array_equal(np.isnan(clean), np.isnan(stored))
+    np.testing.assert_allclose(clean[~np.isnan(clean)], stored[~np.isnan(stored)])
+    noisy = new_client_accuracy(result, "gaussian_noise", severity=5)
+    assert np.isnan(noisy).sum() == 3 and not np.array_equal(noisy[~np.isnan(noisy)], clean[~np.isnan(clean)])
+    with pytest.raises(ValueError, match="held out no new clients"):
+        new_client_accuracy(run(make_config(method="fedavg", rounds=1)))

@@ -35,6 +35,7 @@ Settled from the authors' code, with its defects fixed by default:
 from __future__ import annotations
 
 import math
+import time
 from typing import Mapping
 
 import numpy as np
@@ -218,6 +219,8 @@ class PFedFDA(Algorithm):
         "ridge": Param(1e-4, low=0.0, doc="the ridge of covariance: ridge"),
         "cv_group_by_sample": Param(False, doc="keep all epochs' features of one sample in one fold"),
         "beta_iterations": Param(10, low=1, doc="L-BFGS iterations of the beta solve"),
+        "profile": Param(False, doc="time each step of a client's round (Table 9): network passes, "
+                                   "statistics, beta; reported per round as seconds summed over clients"),
     }
 
     # -- server ---------------------------------------------------------------------
@@ -250,12 +253,19 @@ class PFedFDA(Algorithm):
         for c in ids:
             betas[c] = torch.as_tensor(updates[c]["beta"], dtype=torch.float64)
         status = [int(updates[c]["beta_status"]) for c in ids]
-        return {"body": weighted_average([updates[c]["body"] for c in ids], weights), **stats, "betas": betas,
-                "beta_failures": status.count(FAILED), "beta_unsplittable": status.count(UNSPLITTABLE)}
+        new = {"body": weighted_average([updates[c]["body"] for c in ids], weights), **stats, "betas": betas,
+               "beta_failures": status.count(FAILED), "beta_unsplittable": status.count(UNSPLITTABLE)}
+        if self.profile:
+            new["profile"] = {k: float(sum(updates[c]["profile"][k] for c in ids))
+                              for k in ("passes", "statistics", "beta")}
+        return new
 
     def report(self, state: dict) -> dict:
-        return {"beta_failures": state["beta_failures"], "beta_unsplittable": state["beta_unsplittable"],
-                "beta": state["betas"].numpy().copy()}
+        out = {"beta_failures": state["beta_failures"], "beta_unsplittable": state["beta_unsplittable"],
+               "beta": state["betas"].numpy().copy()}
+        for key, seconds in state.get("profile", {}).items():
+            out[f"seconds_{key}"] = seconds
+        return out
 
     # -- client ---------------------------------------------------------------------
     def _beta(self, features: torch.Tensor, labels: torch.Tensor, payload: dict, client: Client,
@@ -283,6 +293,7 @@ class PFedFDA(Algorithm):
             model.head.bias.copy_(bias.to(model.head.bias))
 
     def local_update(self, payload: dict, client: Client) -> dict:
+        started = time.perf_counter()
         model = client.model
         load(model.body, payload["body"])
         self._set_head(model, payload["means"], payload["covariance"], client)  # global statistics, frozen
@@ -313,12 +324,18 @@ class PFedFDA(Algorithm):
         labels = client.y[index.to(client.y.device)].cpu()
         features = features.cpu()
         groups = index.cpu().numpy() if self.cv_group_by_sample else None
+        trained = time.perf_counter()
         beta, status = self._beta(features, labels, payload, client, groups)
+        solved = time.perf_counter()
         means, covariance = self._adapted(features, labels, payload, beta)
         client.state["beta"] = torch.tensor(beta, dtype=torch.float64)
-        return {"body": snapshot(model.body), "means": means, "covariance": covariance,
-                "beta": torch.tensor(beta, dtype=torch.float64), "beta_status": status,
-                "num_samples": client.num_samples, "loss": float(total) / steps if steps else 0.0}
+        update = {"body": snapshot(model.body), "means": means, "covariance": covariance,
+                  "beta": torch.tensor(beta, dtype=torch.float64), "beta_status": status,
+                  "num_samples": client.num_samples, "loss": float(total) / steps if steps else 0.0}
+        if self.profile:  # Table 9's split of a client's round (its lines 7, 8 and 9)
+            update["profile"] = {"passes": trained - started, "beta": solved - trained,
+                                 "statistics": time.perf_counter() - solved}
+        return update
 
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         """The global body with the head of this client's interpolated statistics, beta

@@ -82,6 +82,7 @@ class FederatedData:
             return xs, ys, splits
 
         self.dataset_name = dataset.name
+        self.mean, self.std = (None, None) if tokens else (mean, std)  # the normalisation (images)
         self.num_classes = dataset.num_classes
         self.inputs = dataset.inputs
         self.in_channels = dataset.in_channels

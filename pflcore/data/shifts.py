@@ -4,23 +4,31 @@
   its own permutation (FedPAC section 6.2, Table 3).
 - ``rotation``: feature skew, each group's images are rotated by its own angle (FedPAC
   appendix C.10, Table 10).
+- ``corruption``: covariate shift of pFedFDA's "-S" datasets (pFedFDA section 5 and
+  appendix C.1.1): the first clients' images carry a common corruption at a severity
+  (:mod:`pflcore.data.corruptions`), the rest are clean; see :func:`corruption_assignment`.
 
-Client ``i`` belongs to group ``i % groups`` (the grouping of FedPAC's dominant-class
-partition). Transforms see images scaled to [0, 1] (before normalisation), so a rotation
-fills the corners with black. A shift is described by a plain dict (``{"kind": ...,
-...}``) so it lives in the experiment config.
+For the first two, client ``i`` belongs to group ``i % groups`` (the grouping of FedPAC's
+dominant-class partition). Transforms see images scaled to [0, 1] (before
+normalisation), so a rotation fills the corners with black. A shift is described by a
+plain dict (``{"kind": ..., ...}``) so it lives in the experiment config.
 """
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .corruptions import CORRUPTIONS, SEVERITIES, cached_corrupt, data_digest
+
 ClientTransform = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 SHIFT_KEY = 103
+CORRUPTION_KEY = 104
 
 
 class ShiftError(ValueError):
@@ -67,15 +75,77 @@ def rotation(angles: list[float] | None = None, groups: int = 5) -> ClientTransf
     return transform
 
 
-SHIFTS = {"label_permutation", "rotation"}
+ASSIGNMENTS = ("unique", "upstream")
 
 
-def make_shift(spec: dict[str, Any], num_classes: int, seed: int) -> ClientTransform:
-    """Build the transform a config's ``shift`` mapping describes."""
+def corruption_assignment(num_clients: int, spec: dict[str, Any]) -> list[tuple[str, int] | None]:
+    """Each client's (corruption, severity), None for a clean one (pFedFDA appendix C.1.1).
+
+    The first ceil(fraction * N) clients (``fraction``, default 0.5) are corrupted. Client
+    i gets corruption ``names[i % K]`` (``names``: ``corruptions``, default all ten, kept in
+    :data:`~pflcore.data.corruptions.CORRUPTIONS`'s order; K of them) at severity
+    ``i // K + 1`` under ``assignment: unique`` (the paper's unique pairs, the default),
+    clipped to 5 past 5K corrupted clients (then pairs repeat, with a warning), or
+    ``i % 5 + 1`` under ``assignment: upstream`` (the authors' code: with K = 10 only 10
+    distinct pairs). ``severity: k`` gives every corrupted client severity k."""
+    check_shift({**spec, "kind": "corruption"})
+    names = [c for c in CORRUPTIONS if c in spec.get("corruptions", CORRUPTIONS)]
+    corrupted = min(num_clients, math.ceil(round(spec.get("fraction", 0.5) * num_clients, 9)))
+    forced = spec.get("severity")
+    upstream = spec.get("assignment", "unique") == "upstream"
+    if forced is None and not upstream and corrupted > 5 * len(names):
+        warnings.warn(f"{corrupted} corrupted clients but only {5 * len(names)} unique (corruption, severity) "
+                      "pairs: the severities of the later clients are clipped to 5 and pairs repeat.",
+                      stacklevel=2)
+    pairs: list[tuple[str, int] | None] = []
+    for i in range(num_clients):
+        if i >= corrupted:
+            pairs.append(None)
+            continue
+        level = forced or (i % 5 + 1 if upstream else min(i // len(names) + 1, 5))
+        pairs.append((names[i % len(names)], level))
+    return pairs
+
+
+def corruption(num_clients: int, seed: int = 0, **spec: Any) -> ClientTransform:
+    """Covariate shift (pFedFDA's CIFAR-S): client i's images are corrupted as
+    :func:`corruption_assignment` says, train and test alike, through the disk cache of
+    :func:`~pflcore.data.corruptions.cached_corrupt`. The random draws are seeded by (run
+    seed, client, the images' digest): the same inputs give the same output, and a
+    client's train and test images get independent noise."""
+    pairs = corruption_assignment(num_clients, spec)
+
+    def transform(cid: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pair = pairs[cid] if cid < len(pairs) else None
+        if pair is None:
+            return x, y
+        if not x.is_floating_point() or x.dim() != 4:
+            raise ShiftError("the corruption shift changes images, and these inputs are not images "
+                             f"(dtype {x.dtype}, shape {tuple(x.shape)}).")
+        digest = data_digest(x)
+        state = np.random.SeedSequence([seed, CORRUPTION_KEY, cid, int(digest[:15], 16)]).generate_state(2, np.uint32)
+        client_seed = (int(state[0]) << 31) ^ int(state[1])
+        return cached_corrupt(x, pair[0], pair[1], client_seed, digest=digest), y
+
+    return transform
+
+
+SHIFTS = {"label_permutation", "rotation", "corruption"}
+PARAMETERS = {"label_permutation": {"groups"}, "rotation": {"groups", "angles"},
+              "corruption": {"fraction", "assignment", "severity", "corruptions"}}
+
+
+def make_shift(spec: dict[str, Any], num_classes: int, seed: int, num_clients: int | None = None) -> ClientTransform:
+    """Build the transform a config's ``shift`` mapping describes (``corruption`` needs
+    ``num_clients``: which clients are corrupted depends on it)."""
     check_shift(spec)
     params = {k: v for k, v in spec.items() if k != "kind"}
     if spec["kind"] == "label_permutation":
         return label_permutation(num_classes, seed=seed, **params)
+    if spec["kind"] == "corruption":
+        if num_clients is None:
+            raise ShiftError("the corruption shift needs the number of clients (make_shift(..., num_clients=N)).")
+        return corruption(num_clients, seed=seed, **params)
     return rotation(**params)
 
 
@@ -83,11 +153,14 @@ def check_shift(spec: Any) -> None:
     """Raise ShiftError (one sentence) unless ``spec`` describes a known shift."""
     if not isinstance(spec, dict) or spec.get("kind") not in SHIFTS:
         raise ShiftError(f"shift {spec!r} is not allowed: use a mapping with 'kind' one of {sorted(SHIFTS)}.")
-    allowed = {"label_permutation": {"groups"}, "rotation": {"groups", "angles"}}[spec["kind"]]
+    allowed = PARAMETERS[spec["kind"]]
     extra = set(spec) - allowed - {"kind"}
     if extra:
         raise ShiftError(f"shift {spec['kind']!r} has no parameter {sorted(extra)[0]!r}; "
                          f"its parameters are {sorted(allowed)}.")
+    if spec["kind"] == "corruption":
+        _check_corruption(spec)
+        return
     groups = spec.get("groups", 5)
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
         raise ShiftError(f"shift parameter 'groups' = {groups!r} is not allowed: it must be an integer >= 1.")
@@ -96,3 +169,26 @@ def check_shift(spec: Any) -> None:
                                or not all(isinstance(a, (int, float)) for a in angles)):
         raise ShiftError(f"shift parameter 'angles' = {angles!r} is not allowed: give one angle in degrees "
                          f"per group ({groups}).")
+
+
+def _check_corruption(spec: dict[str, Any]) -> None:
+    fraction = spec.get("fraction", 0.5)
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 <= fraction <= 1:
+        raise ShiftError(f"shift parameter 'fraction' = {fraction!r} is not allowed: it must be a number in [0, 1] "
+                         "(the share of clients, from the first, that are corrupted).")
+    assignment = spec.get("assignment", "unique")
+    if assignment not in ASSIGNMENTS:
+        raise ShiftError(f"shift parameter 'assignment' = {assignment!r} is not allowed: use one of "
+                         f"{list(ASSIGNMENTS)}.")
+    severity = spec.get("severity")
+    if severity is not None and (isinstance(severity, bool) or not isinstance(severity, numbers.Integral)
+                                 or severity not in SEVERITIES):
+        raise ShiftError(f"shift parameter 'severity' = {severity!r} is not allowed: it must be an integer 1..5.")
+    names = spec.get("corruptions", CORRUPTIONS)
+    if not isinstance(names, (list, tuple)) or not names or len(set(map(str, names))) != len(names):
+        raise ShiftError(f"shift parameter 'corruptions' = {names!r} is not allowed: give a list of distinct "
+                         f"corruption names from {list(CORRUPTIONS)}.")
+    unknown = [n for n in names if n not in CORRUPTIONS]
+    if unknown:
+        raise ShiftError(f"shift parameter 'corruptions' names an unknown corruption {unknown[0]!r}: use names from "
+                         f"{list(CORRUPTIONS)}.")

@@ -46,4 +46,38 @@ def reevaluate(result: RunResult | str | Path, method_params: Mapping[str, Any] 
         sim.close()
 
 
-__all__ = ["final_simulation", "reevaluate"]
+def new_client_accuracy(result: RunResult | str | Path, corruption: str | None = None, severity: int = 3,
+                        method_params: Mapping[str, Any] | None = None) -> np.ndarray:
+    """The run's new clients (config ``new_clients``) scored again after adapting as their
+    method prescribes, with their train and test images under ``corruption`` at
+    ``severity`` (pFedFDA Table 4: each corruption at severity 3; None: clean, exactly the
+    run's ``new_final``). Per-client accuracy (%), NaN for the training clients."""
+    result = result if isinstance(result, RunResult) else RunResult.load(result)
+    if not result.config.new_clients:
+        raise ValueError(f"the run in {result.path} held out no new clients (its config has new_clients = 0).")
+    sim = final_simulation(result, method_params)
+    try:
+        if corruption is not None:
+            _corrupt_clients(sim, sim.new_clients.tolist(), corruption, severity)
+        return 100 * sim.evaluate_new_clients(result.config.rounds - 1)
+    finally:
+        sim.close()
+
+
+def _corrupt_clients(sim: Simulation, clients: list[int], corruption: str, severity: int) -> None:
+    """Replace these clients' train and test images (in the simulation's worker) by their
+    corrupted copies: undo the normalisation, corrupt in [0, 1], normalise again."""
+    from ..data.corruptions import corrupt
+
+    data, worker = sim.data, sim.worker
+    if data.mean is None:
+        raise ValueError(f"corruptions change images, and {data.dataset_name!r} holds token ids.")
+    for cid in clients:
+        for store, split in ((worker.train_data, "train"), (worker.test_data, "test")):
+            x, y = store[cid]
+            images = (x * data.std + data.mean).clamp_(0, 1)
+            seed = sim.config.seed * 1_000_003 + cid * 2 + (split == "test")
+            store[cid] = ((corrupt(images, corruption, severity, seed) - data.mean) / data.std, y)
+
+
+__all__ = ["final_simulation", "new_client_accuracy", "reevaluate"]

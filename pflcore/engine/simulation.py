@@ -58,7 +58,8 @@ def build_data(config: ExperimentConfig) -> FederatedData:
                                config.num_clients, seed=config.seed, num_classes=dataset.num_classes, **params)
     if config.partition.get("subsample", 1.0) < 1.0:
         partition = subsample(partition, config.partition["subsample"], seed=config.seed)
-    transforms = [make_shift(config.shift, dataset.num_classes, config.seed)] if config.shift else []
+    transforms = ([make_shift(config.shift, dataset.num_classes, config.seed, num_clients=config.num_clients)]
+                  if config.shift else [])
     return FederatedData(dataset, partition, device=config.device, transforms=transforms)
 
 
