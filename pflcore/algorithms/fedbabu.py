@@ -39,6 +39,9 @@ class FedBABU(Algorithm):
         ids, weights = sample_weights(updates)
         return {**state, "body": weighted_average([updates[c]["body"] for c in ids], weights)}
 
+    def adapt(self, payload: dict, client: Client) -> None:
+        """A new client fine-tunes in the predictor, like every client (pFedFDA appendix C.3)."""
+
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         model = self.global_model(payload, client)
         if self.ft_body:
