@@ -160,7 +160,7 @@ def test_new_clients_rescored_clean_equal_the_runs_own_and_a_corruption_changes_
     from pflcore.engine.revisit import new_client_accuracy
 
     result = run(make_config(method="pfedfda", num_clients=6, new_clients=0.5, rounds=2))
-    stored = 100 * np.load(result.path / "clients.npz")["new_final"]
+    stored = np.load(result.path / "clients.npz")["new_final"]
     clean = new_client_accuracy(result)
     np.testing.assert_array_equal(np.isnan(clean), np.isnan(stored))
     np.testing.assert_allclose(clean[~np.isnan(clean)], stored[~np.isnan(stored)])

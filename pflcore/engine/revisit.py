@@ -36,8 +36,9 @@ def final_simulation(result: RunResult | str | Path, method_params: Mapping[str,
 
 
 def reevaluate(result: RunResult | str | Path, method_params: Mapping[str, Any] | None = None) -> np.ndarray:
-    """Every client's test accuracy (%) of the run's final models, predicted with the run's
-    method under ``method_params``: with none, exactly the run's final accuracies."""
+    """Every client's test accuracy (a fraction, as ``result.client_acc``) of the run's final
+    models, predicted with the run's method under ``method_params``: with none, exactly the
+    run's final accuracies."""
     result = result if isinstance(result, RunResult) else RunResult.load(result)
     sim = final_simulation(result, method_params)
     try:
@@ -51,7 +52,8 @@ def new_client_accuracy(result: RunResult | str | Path, corruption: str | None =
     """The run's new clients (config ``new_clients``) scored again after adapting as their
     method prescribes, with their train and test images under ``corruption`` at
     ``severity`` (pFedFDA Table 4: each corruption at severity 3; None: clean, exactly the
-    run's ``new_final``). Per-client accuracy (%), NaN for the training clients."""
+    run's ``new_final``). Per-client accuracy (a fraction, as ``new_final``), NaN for the
+    training clients."""
     result = result if isinstance(result, RunResult) else RunResult.load(result)
     if not result.config.new_clients:
         raise ValueError(f"the run in {result.path} held out no new clients (its config has new_clients = 0).")
@@ -59,7 +61,7 @@ def new_client_accuracy(result: RunResult | str | Path, corruption: str | None =
     try:
         if corruption is not None:
             _corrupt_clients(sim, sim.new_clients.tolist(), corruption, severity)
-        return 100 * sim.evaluate_new_clients(result.config.rounds - 1)
+        return sim.evaluate_new_clients(result.config.rounds - 1)
     finally:
         sim.close()
 
