@@ -90,18 +90,21 @@ def test_a_personalised_new_client_adapts_with_a_local_update_and_its_state_is_n
     assert np.isfinite(adapted).all()
 
 
-def test_pfedfda_new_clients_estimate_statistics_without_training(make_config, monkeypatch):
-    from pflcore.algorithms.pfedfda import PFedFDA
+@pytest.mark.parametrize("method", ["pfedfda", "knn_per", "fedavg_ft", "fedbabu"])
+def test_new_clients_of_methods_whose_predictor_adapts_run_no_local_update(make_config, monkeypatch, method):
+    """pFedFDA estimates statistics and beta, kNN-Per builds its datastore, FedAvg-FT and
+    FedBABU fine-tune: all in the predictor, so a new client trains no round."""
+    from pflcore.algorithms import ALGORITHMS
 
-    config = make_config(method="pfedfda", num_clients=6, new_clients=0.5, rounds=2)
+    config = make_config(method=method, num_clients=6, new_clients=0.5, rounds=2)
     sim = Simulation(config, build_data(config))
     for r in range(2):
         sim.run_round(r)
 
     def no_training(*args, **kwargs):
-        raise AssertionError("a new pFedFDA client must not train")
+        raise AssertionError(f"a new {method} client must not run a local update")
 
-    monkeypatch.setattr(PFedFDA, "local_update", no_training)
+    monkeypatch.setattr(ALGORITHMS[method], "local_update", no_training)
     assert np.isfinite(sim.evaluate_new_clients(1)[sim.new_clients]).all()
 
 

@@ -203,6 +203,9 @@ class Algorithm:
     defaults: ClassVar[dict[str, Any]] = {}
     failure_counters: ClassVar[tuple[str, ...]] = ()
     predicts_globally: ClassVar[bool] = False  # every client predicts with the one global model
+    # the predictor adapts to the client's own train data by itself (fine-tuning, statistics),
+    # so a new client needs nothing more (see :meth:`adapt`)
+    adapts_in_predictor: ClassVar[bool] = False
     paper: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any):
@@ -247,9 +250,9 @@ class Algorithm:
         would get now (new-client generalisation, pFedFDA section 5 and appendix C.3): by
         default one local update as in a round, its upload discarded and its personal state
         kept for the predictor; nothing for a method whose clients all predict with the
-        global model. Methods whose predictor adapts by itself (fine-tuning, statistics)
-        override this with nothing."""
-        if not self.predicts_globally:
+        global model or whose predictor adapts by itself (``adapts_in_predictor``:
+        fine-tuning, statistics)."""
+        if not (self.predicts_globally or self.adapts_in_predictor):
             self.local_update(payload, client)
 
     def shared_predictor(self, state: dict, model: SplitModel) -> nn.Module | None:

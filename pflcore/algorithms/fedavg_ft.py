@@ -13,13 +13,11 @@ class FedAvgFT(FedAvg):
     name = "fedavg_ft"
     paper = "FedAvg + local fine-tuning (Xu et al. ICLR 2023, Table 1)"
     predicts_globally = False
+    adapts_in_predictor = True  # a new client fine-tunes there, like every client (pFedFDA C.3)
     hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of local fine-tuning before evaluation")}
 
     def shared_predictor(self, state: dict, model: SplitModel) -> None:
         return None
-
-    def adapt(self, payload: dict, client: Client) -> None:
-        """A new client fine-tunes in the predictor, like every client (appendix C.3)."""
 
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         model = load(client.model, payload["model"])

@@ -16,6 +16,7 @@ from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContex
 class FedBABU(Algorithm):
     name = "fedbabu"
     paper = "Oh et al., ICLR 2022"
+    adapts_in_predictor = True  # a new client fine-tunes there, like every client (pFedFDA C.3)
     hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of fine-tuning before evaluation"),
                    "ft_body": Param(False, doc="fine-tune the whole model, not only the head")}
 
@@ -38,9 +39,6 @@ class FedBABU(Algorithm):
     def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, weights = sample_weights(updates)
         return {**state, "body": weighted_average([updates[c]["body"] for c in ids], weights)}
-
-    def adapt(self, payload: dict, client: Client) -> None:
-        """A new client fine-tunes in the predictor, like every client (pFedFDA appendix C.3)."""
 
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         model = self.global_model(payload, client)

@@ -208,6 +208,7 @@ class PFedFDA(Algorithm):
     name = "pfedfda"
     paper = "McLaughlin & Su, NeurIPS 2024"
     failure_counters = ("beta_failures",)
+    adapts_in_predictor = True  # a new client estimates its statistics and beta there (appendix C.3)
     hyperparams = {
         "beta": Param("single", choices=("single", "multi", "none"),
                       doc="SB (one beta), MB (means and covariance apart) or NB (beta = 1, local only)"),
@@ -348,7 +349,3 @@ class PFedFDA(Algorithm):
         means, covariance = self._adapted(features, labels, payload, beta)
         self._set_head(model, means, covariance, client)
         return model
-
-    def adapt(self, payload: dict, client: Client) -> None:
-        """A new client estimates its interpolated statistics (appendix C.3): the predictor
-        already does, so nothing trains."""
