@@ -167,7 +167,17 @@ def test_new_clients_rescored_clean_equal_the_runs_own_and_a_corruption_changes_
     clean = new_client_accuracy(result)
     np.testing.assert_array_equal(np.isnan(clean), np.isnan(stored))
     np.testing.assert_allclose(clean[~np.isnan(clean)], stored[~np.isnan(stored)])
-    noisy = new_client_accuracy(result, "gaussian_noise", severity=5)
-    assert np.isnan(noisy).sum() == 3 and not np.array_equal(noisy[~np.isnan(noisy)], clean[~np.isnan(clean)])
+    corrupted = [new_client_accuracy(result, name, severity=5) for name in ("gaussian_noise", "contrast", "fog")]
+    assert all(np.isnan(acc).sum() == 3 for acc in corrupted)
+    assert any(not np.array_equal(acc[~np.isnan(acc)], clean[~np.isnan(clean)]) for acc in corrupted)
+    # the corruption reaches the new clients' train and test images, and only theirs
+    from pflcore.engine.revisit import _corrupt_clients, final_simulation
+
+    sim = final_simulation(result)
+    before = [(x.clone(), t.clone()) for (x, _), (t, _) in zip(sim.worker.train_data, sim.worker.test_data)]
+    _corrupt_clients(sim, sim.new_clients.tolist(), "gaussian_noise", 5)
+    for cid, (x, t) in enumerate(before):
+        changed = not torch.equal(sim.worker.train_data[cid][0], x) and not torch.equal(sim.worker.test_data[cid][0], t)
+        assert changed == (cid in sim.new_clients), cid
     with pytest.raises(ValueError, match="held out no new clients"):
         new_client_accuracy(run(make_config(method="fedavg", rounds=1)))

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..training import derive_seed
 from .corruptions import CORRUPTIONS, SEVERITIES, cached_corrupt, data_digest
 
 ClientTransform = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -107,6 +108,18 @@ def corruption_assignment(num_clients: int, spec: dict[str, Any]) -> list[tuple[
     return pairs
 
 
+def corrupt_client(x: torch.Tensor, cid: int, name: str, severity: int, seed: int = 0) -> torch.Tensor:
+    """Client ``cid``'s images (in [0, 1]) under corruption ``name`` at ``severity``, through
+    the disk cache of :func:`~pflcore.data.corruptions.cached_corrupt`; the random draws are
+    seeded by (run ``seed``, client, the images' digest)."""
+    if not x.is_floating_point() or x.dim() != 4:
+        raise ShiftError("the corruption shift changes images, and these inputs are not images "
+                         f"(dtype {x.dtype}, shape {tuple(x.shape)}).")
+    digest = data_digest(x)
+    client_seed = derive_seed(seed, CORRUPTION_KEY, cid, int(digest[:15], 16))
+    return cached_corrupt(x, name, severity, client_seed, digest=digest)
+
+
 def corruption(num_clients: int, seed: int = 0, **spec: Any) -> ClientTransform:
     """Covariate shift (pFedFDA's CIFAR-S): client i's images are corrupted as
     :func:`corruption_assignment` says, train and test alike, through the disk cache of
@@ -119,13 +132,7 @@ def corruption(num_clients: int, seed: int = 0, **spec: Any) -> ClientTransform:
         pair = pairs[cid] if cid < len(pairs) else None
         if pair is None:
             return x, y
-        if not x.is_floating_point() or x.dim() != 4:
-            raise ShiftError("the corruption shift changes images, and these inputs are not images "
-                             f"(dtype {x.dtype}, shape {tuple(x.shape)}).")
-        digest = data_digest(x)
-        state = np.random.SeedSequence([seed, CORRUPTION_KEY, cid, int(digest[:15], 16)]).generate_state(2, np.uint32)
-        client_seed = (int(state[0]) << 31) ^ int(state[1])
-        return cached_corrupt(x, pair[0], pair[1], client_seed, digest=digest), y
+        return corrupt_client(x, cid, pair[0], pair[1], seed), y
 
     return transform
 

@@ -68,18 +68,19 @@ def new_client_accuracy(result: RunResult | str | Path, corruption: str | None =
 
 def _corrupt_clients(sim: Simulation, clients: list[int], corruption: str, severity: int) -> None:
     """Replace these clients' train and test images (in the simulation's worker) by their
-    corrupted copies: undo the normalisation, corrupt in [0, 1], normalise again."""
-    from ..data.corruptions import corrupt
+    corrupted copies, seeded and cached as the "-S" shift does: undo the normalisation,
+    corrupt in [0, 1], normalise again."""
+    from ..data.shifts import corrupt_client
 
     data, worker = sim.data, sim.worker
     if data.mean is None:
         raise ValueError(f"corruptions change images, and {data.dataset_name!r} holds token ids.")
     for cid in clients:
-        for store, split in ((worker.train_data, "train"), (worker.test_data, "test")):
+        for store in (worker.train_data, worker.test_data):
             x, y = store[cid]
             images = (x * data.std + data.mean).clamp_(0, 1)
-            seed = sim.config.seed * 1_000_003 + cid * 2 + (split == "test")
-            store[cid] = ((corrupt(images, corruption, severity, seed) - data.mean) / data.std, y)
+            store[cid] = ((corrupt_client(images, cid, corruption, severity, sim.config.seed) - data.mean)
+                          / data.std, y)
 
 
 __all__ = ["final_simulation", "new_client_accuracy", "reevaluate"]
