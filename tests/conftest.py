@@ -3,6 +3,7 @@ trains in well under a second per round."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -24,6 +25,25 @@ def tiny_config(tmp_path, **changes) -> ExperimentConfig:
 @pytest.fixture
 def make_config(tmp_path):
     return lambda **changes: tiny_config(tmp_path, **changes)
+
+
+@pytest.fixture
+def iso(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Dataset loading isolated from the machine: no PFL_DATA, the cache in tmp, no system
+    folders, no network, nothing cached in memory."""
+    from pflcore.data import sources
+
+    monkeypatch.delenv("PFL_DATA", raising=False)
+    monkeypatch.setattr(sources, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(sources, "SYSTEM_DIRS", {})
+
+    def no_network(url: str, known_hash: str, dest: Path) -> Path:
+        raise ConnectionError("network disabled in tests")
+
+    monkeypatch.setattr(sources, "_fetch", no_network)
+    sources.clear_cache()
+    yield tmp_path
+    sources.clear_cache()
 
 
 def alive(pid: int) -> bool:

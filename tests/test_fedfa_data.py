@@ -7,7 +7,6 @@ from __future__ import annotations
 import bz2
 import os
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,22 +157,6 @@ def test_bad_parameters_before_any_work(kind: str, params: dict, needle: str) ->
 
 
 # ------------------------------------------------------------------ dataset files
-
-
-@pytest.fixture
-def iso(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Isolate from the machine: no PFL_DATA, cache in tmp, no system folders, no network."""
-    monkeypatch.delenv("PFL_DATA", raising=False)
-    monkeypatch.setattr(sources, "cache_dir", lambda: tmp_path / "cache")
-    monkeypatch.setattr(sources, "SYSTEM_DIRS", {})
-
-    def no_network(url: str, known_hash: str, dest: Path) -> Path:
-        raise ConnectionError("network disabled in tests")
-
-    monkeypatch.setattr(sources, "_fetch", no_network)
-    sources.clear_cache()
-    yield tmp_path
-    sources.clear_cache()
 
 
 def corrupt(root: Path, name: str) -> str:

@@ -21,11 +21,9 @@ from pflcore.data.sources.common import mean_std
 from pflcore.data.sources.digit5 import conform
 from pflcore.data.sources.multidomain import MultiDomainDataset
 
-import test_fedfa_data
 from test_fedfa_data import libsvm_line, write_mat, write_mnistm
 from test_sources import MNIST_STEMS, make_split, write_idx_set
 
-iso = test_fedfa_data.iso  # the fixture that isolates loading from the machine (no network, cache in tmp)
 MEMBERS = ("mnist", "svhn", "usps", "synthdigits", "mnistm")
 N_TRAIN, N_TEST = 6, 4  # per member
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pflcore.config import ConfigError, ExperimentConfig
+from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data, run
 from pflcore.engine.evaluation import accuracies, shared_correct
 from pflcore.engine.schedule import SCHEDULE_KEY, held_out_clients, participants

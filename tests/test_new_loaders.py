@@ -146,15 +146,6 @@ def write_tiny(root: Path, per_class: int = 2) -> Path:
     return top
 
 
-@pytest.fixture
-def iso(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.delenv("PFL_DATA", raising=False)
-    monkeypatch.setattr(sources, "cache_dir", lambda: tmp_path / "cache")
-    sources.clear_cache()
-    yield tmp_path
-    sources.clear_cache()
-
-
 def _check_tiny(ds) -> None:
     assert ds.name == "tinyimagenet" and ds.num_classes == 3 and ds.classes == WNIDS
     assert ds.train_x.shape == (6, 3, 64, 64) and ds.train_x.dtype == torch.uint8

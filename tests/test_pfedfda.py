@@ -5,7 +5,6 @@ global ones when local data is scarce and typical."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +28,6 @@ REAL_TOTALS = [6903, 7877, 6990, 7141, 6824, 6313, 6876, 7293, 6825, 6958]
 
 def one_sentence(message: str) -> None:
     assert message.endswith(".") and ". " not in message and "\n" not in message, message
-
-
-@pytest.fixture
-def iso(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """No PFL_DATA, an empty cache in tmp, no system folders, nothing cached in memory."""
-    monkeypatch.delenv("PFL_DATA", raising=False)
-    monkeypatch.setattr(sources, "cache_dir", lambda: tmp_path / "cache")
-    monkeypatch.setattr(sources, "SYSTEM_DIRS", {})
-    sources.clear_cache()
-    yield tmp_path
-    sources.clear_cache()
 
 
 # --------------------------------------------------------------------------- writing PFLlib's format

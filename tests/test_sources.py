@@ -39,23 +39,6 @@ REAL_FETCH = sources._fetch
 # --------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture
-def iso(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Isolate from the machine: no PFL_DATA, cache in tmp, no system folders, no network."""
-    monkeypatch.delenv("PFL_DATA", raising=False)
-    cache = tmp_path / "cache"
-    monkeypatch.setattr(sources, "cache_dir", lambda: cache)
-    monkeypatch.setattr(sources, "SYSTEM_DIRS", {})
-
-    def no_network(url: str, known_hash: str, dest: Path) -> Path:
-        raise ConnectionError("network disabled in tests")
-
-    monkeypatch.setattr(sources, "_fetch", no_network)
-    sources.clear_cache()
-    yield tmp_path
-    sources.clear_cache()
-
-
 # --------------------------------------------------------------------------- writers (real formats)
 
 

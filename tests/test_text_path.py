@@ -8,7 +8,6 @@ import dataclasses
 import json
 import math
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -52,16 +51,6 @@ def write_csv(path: Path, rows: int, seed: int) -> None:
             title = f'{rng.choice(words).title()}, "{rng.choice(words)}" {rng.choice(words)}'
             body = " ".join(rng.choices(words, k=4)) + f", it's {rng.choice(words)} (AP)"
             writer.writerow([str(label), title, body])
-
-
-@pytest.fixture
-def iso(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """No PFL_DATA, an empty cache in tmp, nothing cached in memory."""
-    monkeypatch.delenv("PFL_DATA", raising=False)
-    monkeypatch.setattr(sources, "cache_dir", lambda: tmp_path / "cache")
-    sources.clear_cache()
-    yield tmp_path
-    sources.clear_cache()
 
 
 @pytest.fixture
