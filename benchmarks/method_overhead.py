@@ -1,11 +1,13 @@
-"""Round time of each method against FedAvg's on FedPAC's Fashion-MNIST workload: what a
+"""Round time of each method against FedAvg's on one paper's Fashion-MNIST workload: what a
 method's own work costs, measured rather than guessed.
 
-    python benchmarks/method_overhead.py [--methods fedavg ditto pfedme pfedhn ccvr] [--rounds 3]
-                                         [--workers auto] [--out FILE]
+    python benchmarks/method_overhead.py [--setting fedpac|fedfa] [--methods fedavg ditto ...]
+                                         [--rounds 3] [--workers auto] [--out FILE]
 
-Workload: 20 clients x 600 samples (dominant-class partition, s = 20%), batch 50, E = 5,
-FedPAC's CNN and its hyperparameters for each baseline (``pflcore.papers.fedpac``). For each
+Workloads: ``fedpac`` (default) is FedPAC's Table 1, 20 clients x 600 samples (dominant-class
+partition, s = 20%), batch 50, E = 5, FedPAC's CNN and its hyperparameters for each baseline
+(``pflcore.papers.fedpac``); ``fedfa`` is FedFA's Table 2 #C=2, 100 clients with 10 per round,
+batch 64, E = 5, FedFA's CNN and the baselines' settings there (``pflcore.papers.fedfa``). For each
 method a simulation runs one warm-up round, then ``--rounds`` timed rounds; the methods take
 turns round by round, so the machine's drift hits them alike. A round is timed whole (the
 clients' work, the server's aggregation and, for CCVR, its collect phase and calibration,
@@ -27,11 +29,20 @@ from pathlib import Path
 import torch
 
 from pflcore.engine import Simulation, build_data
+from pflcore.papers.fedfa import fedfa_config
 from pflcore.papers.fedpac import fedpac_config
+
+
+def workload(setting: str, method: str, **changes):
+    """The config of ``method`` on the ``setting`` paper's FMNIST workload."""
+    if setting == "fedfa":
+        return fedfa_config(method, "fmnist", "c2", **changes)
+    return fedpac_config(method, "fmnist", 20, **changes)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setting", choices=["fedpac", "fedfa"], default="fedpac")
     parser.add_argument("--methods", nargs="+", default=["fedavg", "ditto", "pfedme", "pfedhn", "ccvr"])
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per method (after one warm-up)")
     parser.add_argument("--workers", default="auto", help="'auto', or a number of worker processes (0: here)")
@@ -44,7 +55,7 @@ def main() -> None:
     for method in args.methods:
         params = {"calibrate_every": 1} if method == "ccvr" else None  # calibrate in every timed round
         changes = {"method_params": params} if params else {}
-        config = fedpac_config(method, "fmnist", 20, rounds=args.rounds + 1, quiet=True, workers=workers, **changes)
+        config = workload(args.setting, method, rounds=args.rounds + 1, quiet=True, workers=workers, **changes)
         data = data or build_data(config)
         sims[method] = Simulation(config, data)
     rounds: dict[str, list[float]] = {m: [] for m in sims}
@@ -64,7 +75,8 @@ def main() -> None:
 
     base = statistics.median(rounds["fedavg"]) if "fedavg" in rounds else None
     record = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
-              "torch": torch.__version__, "workers": workers, "rounds": args.rounds, "methods": {}}
+              "torch": torch.__version__, "setting": args.setting, "workers": workers, "rounds": args.rounds,
+              "methods": {}}
     print(f"{'method':8s} {'round s':>9s} {'min-max':>13s} {'x FedAvg':>9s} {'eval s':>7s}")
     for method in sims:
         med = statistics.median(rounds[method])

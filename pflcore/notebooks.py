@@ -43,6 +43,21 @@ def project_root(start: str | Path | None = None) -> Path:
     raise FileNotFoundError(f"no pflcore project (a folder with notebooks/ and params/) at or above {here}.")
 
 
+def project_path(path: str | Path, start: str | Path | None = None) -> Path:
+    """Where a notebook's relative output path (``results/...``, ``figures/...``) points,
+    without changing the working directory: under the project root when the kernel runs
+    inside a pflcore project (JupyterLab starts it in the notebook's folder,
+    ``pflcore notebooks`` in the project), else under the working directory (a notebook
+    copied elsewhere). Absolute paths are returned as they are."""
+    path = Path(path).expanduser()
+    if path.is_absolute():
+        return path
+    try:
+        return project_root(start) / path
+    except FileNotFoundError:
+        return Path(start or Path.cwd()).resolve() / path
+
+
 def params_path(notebook: Path, root: Path, preset: str) -> Path:
     """Where a notebook's preset lives (see module docstring)."""
     rel = notebook.relative_to(root / "notebooks")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pflcore.notebooks import PRESETS, PresetError, discover, params_path, project_root, run_notebooks
+from pflcore.notebooks import (PRESETS, PresetError, discover, params_path, project_path, project_root,
+                               run_notebooks)
 
 ROOT = project_root(Path(__file__).parent)
 NOTEBOOKS = discover(ROOT)
@@ -121,3 +122,15 @@ def test_summary_line_counts_only_notebooks_that_ran(small_project, tmp_path, mo
     with pytest.raises(PresetError, match="none of the 1 selected"):
         run_notebooks("paper", out=tmp_path / "out2", root=small_project, only=["00_a"], log=lines.append)
     assert not (tmp_path / "out2").exists()
+
+
+def test_project_path_resolves_inside_a_project_and_falls_back_to_cwd(tmp_path):
+    project = tmp_path / "proj"
+    (project / "notebooks" / "fedfa").mkdir(parents=True)
+    (project / "params").mkdir()
+    inside = project / "notebooks" / "fedfa"  # where JupyterLab starts the kernel
+    assert project_path("results/x", start=inside) == project.resolve() / "results" / "x"
+    elsewhere = tmp_path / "copy"
+    elsewhere.mkdir()
+    assert project_path("results/x", start=elsewhere) == elsewhere.resolve() / "results" / "x"
+    assert project_path(tmp_path / "abs", start=inside) == tmp_path / "abs"
