@@ -30,6 +30,7 @@ from ..training import INIT_KEY, SERVER_KEY, TrainSettings, derive_seed, generat
 from .evaluation import accuracies, shared_correct, summarize
 from .executors import InProcess, WorkerPool, resolve_workers
 from .jobs import PROBE_KEY, ClientJob, ClientWorker
+from .progress import RoundProgress
 from .results import RunDirectory, RunResult
 from .schedule import held_out_clients, participants
 
@@ -397,11 +398,9 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
     return result
 
 
-def _progress(rounds: Iterable[int], config: ExperimentConfig, initial: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(rounds, total=config.rounds, initial=initial, disable=config.quiet,
-                desc=f"{config.method} {config.dataset}", unit="round", leave=False)
+def _progress(rounds: Iterable[int], config: ExperimentConfig, initial: int) -> RoundProgress:
+    return RoundProgress(rounds, total=config.rounds, initial=initial, desc=f"{config.method} {config.dataset}",
+                         disable=config.quiet)
 
 
 def sweep(configs: Iterable[ExperimentConfig | dict], **kwargs: Any) -> list[RunResult]:
