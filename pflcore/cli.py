@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     nbs.add_argument("--preset", default="smoke", help="parameter preset: smoke (CI-sized) or paper")
     nbs.add_argument("--out", default="outputs", help="folder for executed notebooks (default: outputs)")
     nbs.add_argument("--only", action="append", help="run only notebooks whose path contains this; repeatable")
+    nbs.add_argument("--tidy", action="store_true",
+                     help="run nothing: rewrite the notebooks in the form JupyterLab saves, without outputs "
+                          "(do this before committing a notebook)")
     nbs.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -170,8 +173,11 @@ def _resume_hint(run_dir: Path) -> str:
 
 # ---------------------------------------------------------------------- pflcore notebooks
 def _notebooks(args: argparse.Namespace) -> int:
-    from .notebooks import run_notebooks
+    from .notebooks import run_notebooks, tidy_notebooks
 
+    if args.tidy:
+        tidy_notebooks(only=args.only)
+        return 0
     runs = run_notebooks(args.preset, args.out, args.only)
     return 1 if any(r.status == "failed" for r in runs) else 0
 

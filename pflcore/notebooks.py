@@ -9,6 +9,7 @@ name (letters, digits, ``-``, ``_``) that some notebook has a file for.
 from __future__ import annotations
 
 import json
+import platform
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -87,6 +88,52 @@ def discover(root: Path, only: list[str] | None = None) -> list[Path]:
     if only:
         found = [p for p in found if any(pattern in str(p.relative_to(root)) for pattern in only)]
     return found
+
+
+def lab_metadata() -> dict:
+    """The notebook metadata JupyterLab 4 writes for the project's kernel (the ``python3``
+    ipykernel of the environment pflcore runs in): its kernelspec, and the language_info
+    the kernel reports once it starts (its Python version included)."""
+    return {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                          "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                          "pygments_lexer": "ipython3", "version": platform.python_version()},
+    }
+
+
+def canonical_notebook(text: str) -> str:
+    """A notebook as JupyterLab saves it after opening it, without outputs: nbformat 4.5
+    JSON (indent 1, sorted keys, a final newline), the kernel's metadata
+    (:func:`lab_metadata`), no outputs or execution counts, and cells keeping only their
+    tags as metadata (papermill's and the execution timings go)."""
+    import nbformat
+
+    nb = nbformat.reads(text, as_version=4)
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags")
+        cell["metadata"] = nbformat.NotebookNode({"tags": tags} if tags else {})
+        if cell.cell_type == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    nb.metadata = nbformat.NotebookNode(lab_metadata())
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    return nbformat.writes(nb) + "\n"
+
+
+def tidy_notebooks(root: str | Path | None = None, only: list[str] | None = None, log=print) -> list[Path]:
+    """Rewrite the collection's notebooks in their committed form (:func:`canonical_notebook`);
+    returns those that changed. Run before committing a notebook."""
+    root = project_root(root)
+    changed = []
+    for nb in discover(root, only):
+        text = nb.read_text(encoding="utf-8")
+        tidy = canonical_notebook(text)
+        if tidy != text:
+            nb.write_text(tidy, encoding="utf-8")
+            changed.append(nb)
+            log(f"tidied {nb.relative_to(root)}")
+    log(f"{len(changed)} of {len(discover(root, only))} notebooks rewritten in the form JupyterLab saves")
+    return changed
 
 
 def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list[str] | None = None,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pflcore.notebooks import (PRESETS, PresetError, discover, params_path, project_path, project_root,
-                               run_notebooks)
+from pflcore.notebooks import (PRESETS, PresetError, canonical_notebook, discover, params_path, project_path,
+                               project_root, run_notebooks)
 
 ROOT = project_root(Path(__file__).parent)
 NOTEBOOKS = discover(ROOT)
@@ -47,6 +47,29 @@ def test_notebook_committed_clean_with_presets(nb):
         values = yaml.safe_load(path.read_text()) or {}
         unknown = set(values) - set(defined)
         assert not unknown, f"{path} sets {unknown}, which {nb.name}'s parameters cell does not define"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_committed_in_the_form_jupyterlab_saves(nb):
+    # JupyterLab rewrites a notebook on open-and-autosave unless it is already in this form;
+    # `pflcore notebooks --tidy` writes it (tests/test_jupyterlab.py checks it in a real browser).
+    text = nb.read_text(encoding="utf-8")
+    assert text == canonical_notebook(text), f"{nb} is not in its committed form: run `pflcore notebooks --tidy`"
+
+
+def test_canonical_form_drops_outputs_and_execution_metadata():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"], "papermill": {}},
+                                          execution_count=3, outputs=[nbformat.v4.new_output("stream", text="1")])]
+    nb.metadata = {"papermill": {"duration": 1.0}, "kernelspec": {"name": "python3", "display_name": "Python 3"}}
+    tidy = nbformat.reads(canonical_notebook(nbformat.writes(nb)), as_version=4)
+    cell = tidy.cells[0]
+    assert cell.outputs == [] and cell.execution_count is None and cell.metadata == {"tags": ["parameters"]}
+    assert set(tidy.metadata) == {"kernelspec", "language_info"}
+    assert tidy.metadata.kernelspec.display_name == "Python 3 (ipykernel)"
+    assert canonical_notebook(canonical_notebook(nbformat.writes(nb))) == canonical_notebook(nbformat.writes(nb))
 
 
 @pytest.mark.slow
