@@ -66,6 +66,52 @@ def params_path(notebook: Path, root: Path, preset: str) -> Path:
     return root / "params" / rel.parent / stem / f"{preset}.yaml"
 
 
+#: Parameters holding a path: :func:`use_preset` resolves them with :func:`project_path`.
+PATH_PARAMETERS = ("output_dir", "figures_dir", "data_root")
+
+
+def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
+    """Give a notebook the values of its ``preset``; the first call of every notebook.
+
+    The notebook's parameters cell holds its ``smoke`` values (so Run All in JupyterLab runs
+    at the smoke scale) and ``preset``; ``notebook`` names its preset folder (``"fedfa/t2_label_skew"``
+    -> ``params/fedfa/t2_label_skew/<preset>.yaml``). For another preset, each value of that
+    file is set in ``namespace`` (the notebook's ``globals()``) unless the notebook changed
+    it from its smoke value (an edit in Lab, or papermill's ``-p``): those are kept. Then the
+    path parameters (:data:`PATH_PARAMETERS`) are resolved under the project
+    (:func:`project_path`; the working directory is left alone) and ``figures_dir`` is
+    created. Prints where results and figures go; returns the preset's values as applied."""
+    try:
+        root = project_root()
+    except FileNotFoundError:  # a notebook copied out of the project: its cell's smoke values only
+        if preset != "smoke":
+            raise PresetError(f"preset {preset!r} lives in params/{notebook}/ of a pflcore project, and "
+                              f"{Path.cwd()} is not inside one: set preset = 'smoke' or edit the values.") from None
+        root = None
+    if preset != "smoke":
+        check_preset(preset, root)
+    folder = root / "params" / notebook if root else None
+    smoke = (read_yaml_file(folder / "smoke.yaml", "preset") or {}) if folder else {}
+    chosen = smoke if preset == "smoke" else read_yaml_file(folder / f"{preset}.yaml", "preset") or {}
+    kept = []
+    for name, value in chosen.items() if preset != "smoke" else ():
+        if name in namespace and name in smoke and namespace[name] != smoke[name]:
+            if namespace[name] != value:
+                kept.append(name)  # changed from the smoke value by the user: theirs wins
+        else:
+            namespace[name] = value
+    for name in PATH_PARAMETERS:
+        if isinstance(namespace.get(name), (str, Path)):
+            namespace[name] = str(project_path(namespace[name]))
+    if "figures_dir" in namespace:
+        Path(namespace["figures_dir"]).mkdir(parents=True, exist_ok=True)
+    where = ", ".join(f"{n.removesuffix('_dir')} in {namespace[n]}" for n in ("output_dir", "figures_dir")
+                      if n in namespace)
+    log(f"preset {preset!r} (params/{notebook}/{preset}.yaml)" + (f"; kept your {', '.join(kept)}" if kept else "")
+        + (f": {where}" if where else ""))
+    return {n: namespace.get(n) for n in chosen}
+
+
 def available_presets(root: Path) -> list[str]:
     """Every preset some notebook has: the names of the YAML files under ``params/``."""
     return sorted({p.stem for p in (root / "params").rglob("*.yaml")})
@@ -161,7 +207,7 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
             runs.append(NotebookRun(str(rel), preset, "no preset", 0.0))
             log(f"skip   {rel}: no {preset_file.relative_to(root)}")
             continue
-        parameters = {**(read_yaml_file(preset_file, 'preset') or {}), **(overrides or {})}
+        parameters = {"preset": preset, **(read_yaml_file(preset_file, 'preset') or {}), **(overrides or {})}
         target = out_dir / rel.relative_to("notebooks")
         target.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pflcore.notebooks import (PRESETS, PresetError, canonical_notebook, discover, params_path, project_path,
-                               project_root, run_notebooks)
+                               project_root, run_notebooks, use_preset)
 
 ROOT = project_root(Path(__file__).parent)
 NOTEBOOKS = discover(ROOT)
@@ -175,3 +175,35 @@ def test_project_path_resolves_inside_a_project_and_falls_back_to_cwd(tmp_path):
     elsewhere.mkdir()
     assert project_path("results/x", start=elsewhere) == elsewhere.resolve() / "results" / "x"
     assert project_path(tmp_path / "abs", start=inside) == tmp_path / "abs"
+
+
+def test_use_preset_applies_the_preset_but_keeps_what_the_user_changed(tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    (root / "notebooks" / "demo").mkdir(parents=True)
+    (root / "params" / "demo" / "nb").mkdir(parents=True)
+    (root / "params" / "demo" / "nb" / "smoke.yaml").write_text(
+        "rounds: 3\nseeds: [0]\noutput_dir: results/smoke/demo\nfigures_dir: figures/smoke/demo\n")
+    (root / "params" / "demo" / "nb" / "paper.yaml").write_text(
+        "rounds: 200\nseeds: [0, 1, 2]\noutput_dir: results/paper/demo\nfigures_dir: figures/demo\n")
+    monkeypatch.chdir(root / "notebooks" / "demo")  # where JupyterLab starts the kernel
+    cell = {"rounds": 3, "seeds": [0], "output_dir": "results/smoke/demo", "figures_dir": "figures/smoke/demo"}
+
+    smoke = dict(cell)
+    use_preset("demo/nb", "smoke", smoke, log=lambda *_: None)
+    assert smoke["rounds"] == 3 and smoke["output_dir"] == str(root.resolve() / "results/smoke/demo")
+    assert (root / "figures/smoke/demo").is_dir() and Path.cwd() == root / "notebooks" / "demo"
+
+    paper, lines = {**cell, "seeds": [7]}, []  # the user edited seeds in the parameters cell
+    use_preset("demo/nb", "paper", paper, log=lines.append)
+    assert paper["rounds"] == 200 and paper["seeds"] == [7]
+    assert paper["output_dir"] == str(root.resolve() / "results/paper/demo")
+    assert "kept your seeds" in lines[0]
+
+    with pytest.raises(PresetError, match="no preset 'nosuch'"):
+        use_preset("demo/nb", "nosuch", dict(cell), log=lambda *_: None)
+    monkeypatch.chdir(tmp_path)  # a notebook copied out of the project runs its cell's values
+    copied = dict(cell)
+    use_preset("demo/nb", "smoke", copied, log=lambda *_: None)
+    assert copied["output_dir"] == str(tmp_path.resolve() / "results/smoke/demo")
+    with pytest.raises(PresetError, match="not inside one"):
+        use_preset("demo/nb", "paper", dict(cell), log=lambda *_: None)
