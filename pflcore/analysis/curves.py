@@ -1,20 +1,36 @@
-"""Accuracy (or loss) curves over rounds for several runs (FedPAC appendix C.2)."""
+"""Figures that compare runs: curves over rounds (FedPAC appendix C.2), sweeps, and bars
+with the paper's values marked, each drawn so that small differences stay visible."""
 from __future__ import annotations
 
+from itertools import cycle
 from typing import Mapping
 
 from ..engine.results import RunResult
 
+#: Line styles and markers cycled per run, so that coinciding curves stay distinguishable.
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 
-def plot_curves(results: Mapping[str, RunResult], key: str = "acc_mean", ax=None, title: str | None = None):
-    """One line per run of a per-round metric (``acc_mean``, ``train_loss``, ...)."""
+
+def plot_curves(results: Mapping[str, RunResult], key: str = "acc_mean", ax=None, title: str | None = None,
+                paper: Mapping[str, float] | None = None):
+    """One line per run of a per-round metric (``acc_mean``, ``train_loss``, ...), each with
+    its own line style and marker (markers every ~10th point); ``paper``: label -> the
+    paper's final value, drawn as a black cross at the last round."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
+    styles = zip(cycle(LINE_STYLES), cycle(MARKERS))
     for label, res in results.items():
         rounds, values = res.curve(key)
-        ax.plot(rounds, values, marker="o" if len(rounds) < 15 else None, label=label)
+        style, marker = next(styles)
+        line, = ax.plot(rounds, values, linestyle=style, marker=marker, markevery=max(1, len(rounds) // 10),
+                        markersize=4, label=label)
+        if paper and label in paper and len(rounds):
+            ax.plot([rounds[-1]], [paper[label]], "x", color=line.get_color(), markersize=8, markeredgewidth=2)
+    if paper and any(label in paper for label in results):
+        ax.plot([], [], "x", color="k", markersize=8, markeredgewidth=2, label="paper (final)")
     ax.set_xlabel("round")
     ax.set_ylabel({"acc_mean": "mean client test accuracy (%)", "train_loss": "train loss"}.get(key, key))
     ax.grid(alpha=0.3)
@@ -39,6 +55,47 @@ def plot_sweep(results: Mapping[str, Mapping[float, RunResult]], xlabel: str, ax
     ax.set_ylabel("mean client test accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_bars(values: Mapping[str, float], errors: Mapping[str, float] | None = None,
+              paper: Mapping[str, float] | None = None, ax=None, ylabel: str = "accuracy (%)",
+              title: str | None = None, zero_based: bool = False):
+    """One bar per label with its value written on it, error bars from ``errors``, and the
+    paper's values as black crosses. The value axis spans the data (values, errors and
+    paper values) with a margin, not from 0, so a spread of a few points is visible;
+    ``zero_based=True`` for quantities whose ratio matters (times, bytes)."""
+    import matplotlib.pyplot as plt
+
+    labels = list(values)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(labels) + 1.5), 3.5))
+    heights = [float(values[k]) for k in labels]
+    err = [float(errors.get(k, 0.0)) for k in labels] if errors else None
+    ax.bar(range(len(labels)), heights, yerr=err, capsize=3, color="tab:blue", alpha=0.8)
+    marked = [(i, float(paper[k])) for i, k in enumerate(labels) if paper and paper.get(k) is not None]
+    if marked:
+        ax.plot([i for i, _ in marked], [v for _, v in marked], "x", color="k", markersize=9, markeredgewidth=2,
+                label="paper", zorder=3)
+        ax.legend(fontsize="small")
+    points = heights + [v for _, v in marked]
+    if err:
+        points += [h + e for h, e in zip(heights, err)] + [h - e for h, e in zip(heights, err)]
+    low, high = min(points), max(points)
+    span = max(high - low, 1e-9)
+    if zero_based:
+        ax.set_ylim(0, high + 0.12 * span)
+    else:
+        ax.set_ylim(low - 0.25 * span - 0.5, high + 0.15 * span + 0.5)
+    for i, h in enumerate(heights):
+        ax.annotate(f"{h:.2f}", (i, h), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30 if max(map(len, labels), default=0) > 8 else 0, ha="right"
+                       if max(map(len, labels), default=0) > 8 else "center")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
     if title:
         ax.set_title(title)
     return ax
