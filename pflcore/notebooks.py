@@ -105,7 +105,7 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
             namespace[name] = str(project_path(namespace[name]))
     if "figures_dir" in namespace:
         Path(namespace["figures_dir"]).mkdir(parents=True, exist_ok=True)
-    where = ", ".join(f"{n.removesuffix('_dir')} in {namespace[n]}" for n in ("output_dir", "figures_dir")
+    where = ", ".join(f"{what} in {namespace[n]}" for n, what in (("output_dir", "results"), ("figures_dir", "figures"))
                       if n in namespace)
     log(f"preset {preset!r} (params/{notebook}/{preset}.yaml)" + (f"; kept your {', '.join(kept)}" if kept else "")
         + (f": {where}" if where else ""))

@@ -47,6 +47,16 @@ def test_notebook_committed_clean_with_presets(nb):
         values = yaml.safe_load(path.read_text()) or {}
         unknown = set(values) - set(defined)
         assert not unknown, f"{path} sets {unknown}, which {nb.name}'s parameters cell does not define"
+    if teaching:
+        return
+    # Run All in JupyterLab runs the smoke preset; another preset is one edit away (use_preset)
+    smoke, paper = (yaml.safe_load(params_path(nb, ROOT, p).read_text()) or {} for p in ("smoke", "paper"))
+    assert defined.get("preset") == "smoke", f"{nb} needs `preset = \"smoke\"` in its parameters cell"
+    assert set(smoke) == set(paper), f"{nb}: its presets set different names {set(smoke) ^ set(paper)}"
+    differ = {k for k in smoke if defined[k] != smoke[k]}
+    assert not differ, f"{nb}: the parameters cell differs from the smoke preset in {differ}"
+    key = str(params_path(nb, ROOT, "smoke").parent.relative_to(ROOT / "params"))
+    assert f'use_preset(\\"{key}\\", preset, globals())' in nb.read_text(), f"{nb} does not call use_preset({key!r}, ...)"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
