@@ -19,6 +19,10 @@ def test_bars_span_the_data_and_mark_the_paper():
     assert len(crosses) == 1 and sorted(crosses[0].get_ydata()) == [85.0, 91.3]
     assert [t.get_text() for t in ax.texts] == ["86.10", "88.00", "89.20", "90.10"]
     assert plot_bars({"a": 2.0, "b": 3.0}, zero_based=True).get_ylim()[0] == 0
+    assert plot_bars({"a": 2.0, "b": -2.6}, zero_based=True).get_ylim()[0] < -2.6  # signed values stay in view
+    assert plot_bars({"a": 0.1, "b": 0.3}).get_ylim()[0] == 0  # accuracies never below 0
+    only_paper = plot_bars({"ours": 80.0, "paper-only row": None}, paper={"paper-only row": 83.0})
+    assert len(only_paper.patches) == 1 and only_paper.get_ylim()[1] > 83.0
     plt.close("all")
 
 

@@ -18,19 +18,22 @@ def plot_curves(results: Mapping[str, RunResult], key: str = "acc_mean", ax=None
     its own line style and marker (markers every ~10th point); ``paper``: label -> the
     paper's final value, drawn as a black cross at the last round."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
     styles = zip(cycle(LINE_STYLES), cycle(MARKERS))
-    for label, res in results.items():
+    for i, (label, res) in enumerate(results.items()):
         rounds, values = res.curve(key)
         style, marker = next(styles)
+        hollow = i % 2 == 1  # alternate filled and larger hollow markers: coinciding runs show
         line, = ax.plot(rounds, values, linestyle=style, marker=marker, markevery=max(1, len(rounds) // 10),
-                        markersize=4, label=label)
+                        markersize=7 if hollow else 4, markerfacecolor="none" if hollow else None, label=label)
         if paper and label in paper and len(rounds):
             ax.plot([rounds[-1]], [paper[label]], "x", color=line.get_color(), markersize=8, markeredgewidth=2)
     if paper and any(label in paper for label in results):
         ax.plot([], [], "x", color="k", markersize=8, markeredgewidth=2, label="paper (final)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_ylabel({"acc_mean": "mean client test accuracy (%)", "train_loss": "train loss"}.get(key, key))
     ax.grid(alpha=0.3)
@@ -60,40 +63,46 @@ def plot_sweep(results: Mapping[str, Mapping[float, RunResult]], xlabel: str, ax
     return ax
 
 
-def plot_bars(values: Mapping[str, float], errors: Mapping[str, float] | None = None,
+def plot_bars(values: Mapping[str, float | None], errors: Mapping[str, float] | None = None,
               paper: Mapping[str, float] | None = None, ax=None, ylabel: str = "accuracy (%)",
               title: str | None = None, zero_based: bool = False):
-    """One bar per label with its value written on it, error bars from ``errors``, and the
-    paper's values as black crosses. The value axis spans the data (values, errors and
-    paper values) with a margin, not from 0, so a spread of a few points is visible;
-    ``zero_based=True`` for quantities whose ratio matters (times, bytes)."""
+    """One bar per label with its value written above it (and above its error bar), error
+    bars from ``errors``, and the paper's values as black crosses; a label whose value is
+    None or NaN gets no bar (a row only the paper has). The value axis spans the data
+    (values, errors and paper values) with a margin, not from 0, so a spread of a few
+    points is visible, and never goes below 0 for non-negative data; ``zero_based=True``
+    for quantities whose ratio matters (times, bytes; signed values keep 0 in view)."""
+    import math
+
     import matplotlib.pyplot as plt
 
     labels = list(values)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(labels) + 1.5), 3.5))
-    heights = [float(values[k]) for k in labels]
-    err = [float(errors.get(k, 0.0)) for k in labels] if errors else None
-    ax.bar(range(len(labels)), heights, yerr=err, capsize=3, color="tab:blue", alpha=0.8)
+    heights = [float("nan") if values[k] is None else float(values[k]) for k in labels]
+    err = [float((errors or {}).get(k, 0.0) or 0.0) for k in labels]
+    drawn = [i for i, h in enumerate(heights) if not math.isnan(h)]
+    bars = ax.bar([i for i in drawn], [heights[i] for i in drawn], yerr=[err[i] for i in drawn] if errors else None,
+                  capsize=3, color="tab:blue", alpha=0.8)
+    ax.bar_label(bars, labels=[f"{heights[i]:.2f}" for i in drawn], padding=3, fontsize=8)
     marked = [(i, float(paper[k])) for i, k in enumerate(labels) if paper and paper.get(k) is not None]
     if marked:
         ax.plot([i for i, _ in marked], [v for _, v in marked], "x", color="k", markersize=9, markeredgewidth=2,
                 label="paper", zorder=3)
-        ax.legend(fontsize="small")
-    points = heights + [v for _, v in marked]
-    if err:
-        points += [h + e for h, e in zip(heights, err)] + [h - e for h, e in zip(heights, err)]
-    low, high = min(points), max(points)
-    span = max(high - low, 1e-9)
+        ax.legend(fontsize="small", loc="best")
+    points = [heights[i] + s * err[i] for i in drawn for s in (-1, 0, 1)] + [v for _, v in marked]
+    low, high = (min(points), max(points)) if points else (0.0, 1.0)
     if zero_based:
-        ax.set_ylim(0, high + 0.12 * span)
+        low, high = min(low, 0.0), max(high, 0.0)
+        span = max(high - low, abs(high), abs(low), 1e-9)
+        ax.set_ylim(low - (0.12 * span if low < 0 else 0.0), high + 0.15 * span)
     else:
-        ax.set_ylim(low - 0.25 * span - 0.5, high + 0.15 * span + 0.5)
-    for i, h in enumerate(heights):
-        ax.annotate(f"{h:.2f}", (i, h), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+        span = max(high - low, 1e-9)
+        bottom = low - 0.25 * span - 0.5
+        ax.set_ylim(max(bottom, 0.0) if low >= 0 else bottom, high + 0.2 * span + 0.5)
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=30 if max(map(len, labels), default=0) > 8 else 0, ha="right"
-                       if max(map(len, labels), default=0) > 8 else "center")
+    long = max(map(len, labels), default=0) > 8
+    ax.set_xticklabels(labels, rotation=30 if long else 0, ha="right" if long else "center")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     if title:
