@@ -136,6 +136,14 @@ def discover(root: Path, only: list[str] | None = None) -> list[Path]:
     return found
 
 
+def takes_preset(notebook: Path) -> bool:
+    """Whether a notebook's parameters cell has a ``preset`` (every paper notebook does,
+    :func:`use_preset`; the teaching walkthroughs do not)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+    return any("parameters" in c.get("metadata", {}).get("tags", [])
+               and re.search(r"^preset\s*=", "".join(c.get("source", "")), re.M) for c in cells)
+
+
 def lab_metadata() -> dict:
     """The notebook metadata JupyterLab 4 writes for the project's kernel (the ``python3``
     ipykernel of the environment pflcore runs in): its kernelspec, and the language_info
@@ -170,15 +178,15 @@ def tidy_notebooks(root: str | Path | None = None, only: list[str] | None = None
     """Rewrite the collection's notebooks in their committed form (:func:`canonical_notebook`);
     returns those that changed. Run before committing a notebook."""
     root = project_root(root)
-    changed = []
-    for nb in discover(root, only):
+    notebooks, changed = discover(root, only), []
+    for nb in notebooks:
         text = nb.read_text(encoding="utf-8")
         tidy = canonical_notebook(text)
         if tidy != text:
             nb.write_text(tidy, encoding="utf-8")
             changed.append(nb)
             log(f"tidied {nb.relative_to(root)}")
-    log(f"{len(changed)} of {len(discover(root, only))} notebooks rewritten in the form JupyterLab saves")
+    log(f"{len(changed)} of {len(notebooks)} notebooks rewritten in the form JupyterLab saves")
     return changed
 
 
@@ -207,7 +215,8 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
             runs.append(NotebookRun(str(rel), preset, "no preset", 0.0))
             log(f"skip   {rel}: no {preset_file.relative_to(root)}")
             continue
-        parameters = {"preset": preset, **(read_yaml_file(preset_file, 'preset') or {}), **(overrides or {})}
+        named = {"preset": preset} if takes_preset(nb) else {}  # walkthroughs have no preset parameter
+        parameters = {**named, **(read_yaml_file(preset_file, 'preset') or {}), **(overrides or {})}
         target = out_dir / rel.relative_to("notebooks")
         target.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pflcore.notebooks import (PRESETS, PresetError, canonical_notebook, discover, params_path, project_path,
-                               project_root, run_notebooks, use_preset)
+                               project_root, run_notebooks, takes_preset, use_preset)
 
 ROOT = project_root(Path(__file__).parent)
 NOTEBOOKS = discover(ROOT)
@@ -47,6 +47,7 @@ def test_notebook_committed_clean_with_presets(nb):
         values = yaml.safe_load(path.read_text()) or {}
         unknown = set(values) - set(defined)
         assert not unknown, f"{path} sets {unknown}, which {nb.name}'s parameters cell does not define"
+    assert takes_preset(nb) != teaching, f"{nb}: paper notebooks take a preset parameter, walkthroughs do not"
     if teaching:
         return
     # Run All in JupyterLab runs the smoke preset; another preset is one edit away (use_preset)

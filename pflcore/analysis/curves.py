@@ -82,7 +82,7 @@ def plot_bars(values: Mapping[str, float | None], errors: Mapping[str, float] | 
     heights = [float("nan") if values[k] is None else float(values[k]) for k in labels]
     err = [float((errors or {}).get(k, 0.0) or 0.0) for k in labels]
     drawn = [i for i, h in enumerate(heights) if not math.isnan(h)]
-    bars = ax.bar([i for i in drawn], [heights[i] for i in drawn], yerr=[err[i] for i in drawn] if errors else None,
+    bars = ax.bar(drawn, [heights[i] for i in drawn], yerr=[err[i] for i in drawn] if errors else None,
                   capsize=3, color="tab:blue", alpha=0.8)
     ax.bar_label(bars, labels=[f"{heights[i]:.2f}" for i in drawn], padding=3, fontsize=8)
     marked = [(i, float(paper[k])) for i, k in enumerate(labels) if paper and paper.get(k) is not None]

@@ -99,6 +99,12 @@ def fedfa_validation_config(method: str, **changes: Any) -> ExperimentConfig:
 
 # --------------------------------------------------------------------- reported numbers
 
+def _by_column(rows: dict[str, list], columns: tuple[str, ...], part: int | None = None) -> dict[str, dict]:
+    """A table printed as method -> one entry per column, turned into column -> method -> entry
+    (``part``: which element of a (mean, std) or (accuracy, round) entry; None: the whole entry)."""
+    return {c: {m: row[i] if part is None else row[i][part] for m, row in rows.items()} for i, c in enumerate(columns)}
+
+
 _T2_SETTINGS = ("c2", "dir0.1", "dir0.5")
 _T2_ROWS = {  # FMNIST: #C = 2, Dir(0.1), Dir(0.5): (mean, std) over 3 seeds
     "fedavg": [(74.60, 1.42), (69.81, 3.00), (82.80, 0.65)],
@@ -110,13 +116,11 @@ _T2_ROWS = {  # FMNIST: #C = 2, Dir(0.1), Dir(0.5): (mean, std) over 3 seeds
 }
 
 #: Table 2, FMNIST: setting ("c2", "dir0.1", "dir0.5", "iid") -> method -> accuracy (%).
-FEDFA_TABLE2: dict[str, dict[str, float]] = {
-    s: {m: row[i][0] for m, row in _T2_ROWS.items()} for i, s in enumerate(_T2_SETTINGS)}
+FEDFA_TABLE2: dict[str, dict[str, float]] = _by_column(_T2_ROWS, _T2_SETTINGS, 0)
 FEDFA_TABLE2["iid"] = {"fedavg": 85.90, "fedfa": 89.67}
 
 #: Table 2's standard deviations over the 3 seeds, keyed like :data:`FEDFA_TABLE2`.
-FEDFA_TABLE2_STD: dict[str, dict[str, float]] = {
-    s: {m: row[i][1] for m, row in _T2_ROWS.items()} for i, s in enumerate(_T2_SETTINGS)}
+FEDFA_TABLE2_STD: dict[str, dict[str, float]] = _by_column(_T2_ROWS, _T2_SETTINGS, 1)
 FEDFA_TABLE2_STD["iid"] = {"fedavg": 0.14, "fedfa": 0.16}
 
 _T1_COLUMNS = ("emnist", "digits feature", "digits c2", "digits dir0.1", "digits dir0.5")
@@ -137,13 +141,11 @@ _T1_ROWS = {  # (mean, std) over 3 seeds per column
 #: ``"digits iid"``: the "w/o skew" rows (the five datasets mixed, then split evenly; the
 #: paper prints them under #C = 2, but section 5.2 compares them with Mixed Digits'
 #: Dir(0.5)). Mixed Digits' numbers are the mean over the five datasets' test sets.
-FEDFA_TABLE1: dict[str, dict[str, float]] = {
-    c: {m: row[i][0] for m, row in _T1_ROWS.items()} for i, c in enumerate(_T1_COLUMNS)}
+FEDFA_TABLE1: dict[str, dict[str, float]] = _by_column(_T1_ROWS, _T1_COLUMNS, 0)
 FEDFA_TABLE1["digits iid"] = {"fedavg": 82.66, "fedfa": 88.10}
 
 #: Table 1's standard deviations over the 3 seeds, keyed like :data:`FEDFA_TABLE1`.
-FEDFA_TABLE1_STD: dict[str, dict[str, float]] = {
-    c: {m: row[i][1] for m, row in _T1_ROWS.items()} for i, c in enumerate(_T1_COLUMNS)}
+FEDFA_TABLE1_STD: dict[str, dict[str, float]] = _by_column(_T1_ROWS, _T1_COLUMNS, 1)
 FEDFA_TABLE1_STD["digits iid"] = {"fedavg": 2.38, "fedfa": 0.39}
 
 #: Table 3 (FMNIST #C = 2): the ablation, each row as a FedFA label.
@@ -221,8 +223,7 @@ _T8_ROWS = {  # FMNIST #C = 2, Dir(0.1), Dir(0.5): (accuracy %, round) when the 
 #: first round it reaches the setting's :data:`FEDFA_TABLE8_TARGET` (one run each, rounds as
 #: the paper counts them; its caption's "feature distribution skew" is a slip: the columns
 #: are Table 2's label skews).
-FEDFA_TABLE8: dict[str, dict[str, tuple[float, int]]] = {
-    s: {m: row[i] for m, row in _T8_ROWS.items()} for i, s in enumerate(_T2_SETTINGS)}
+FEDFA_TABLE8: dict[str, dict[str, tuple[float, int]]] = _by_column(_T8_ROWS, _T2_SETTINGS)
 
 #: Table 8's "w/o skew" rows, FMNIST: FedAvg's and FedFA's runs without skew (Table 2's
 #: ``"iid"``) against each label-skew setting's target, keyed like :data:`FEDFA_TABLE8`.
