@@ -6,8 +6,8 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from pflcore.algorithms.fedpac import (FedPAC, SimplexQP, combination_matrix, combination_weights,
-                                       feature_statistics)
+from pflcore.algorithms.fedpac import (FedPAC, SimplexQP, alignment_loss, combination_matrix,
+                                       combination_weights, feature_statistics)
 from pflcore.engine import Simulation, build_data, run
 
 
@@ -22,6 +22,15 @@ def test_feature_statistics_by_hand():
     v = (pi0 * (1 + 9) / 2 + pi2 * 4 - pi0 ** 2 * 4 - pi2 ** 2 * 4) / 3
     assert float(s["v"]) == pytest.approx(v)
     torch.testing.assert_close(s["h"], torch.tensor([[4 / 3, 0.0], [0.0, 0.0], [0.0, 2 / 3]]))
+
+
+def test_alignment_loss_by_hand():
+    # features (1, 0) and (0, 2) against class centroids c_0 = (0, 0), c_1 = (0, 1):
+    # squared distances 1 and 1 over 2 samples x 2 dimensions -> 0.5
+    z = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    centroids = torch.tensor([[0.0, 0.0], [0.0, 1.0]])
+    assert float(alignment_loss(z, torch.tensor([0, 1]), centroids)) == pytest.approx(0.5)
+    assert float(alignment_loss(centroids, torch.tensor([0, 1]), centroids)) == 0.0
 
 
 def test_matrix_is_diag_v_plus_gram_of_differences():

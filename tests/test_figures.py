@@ -41,3 +41,14 @@ def test_coinciding_curves_get_distinct_styles_and_paper_crosses():
     assert len({(line.get_linestyle(), line.get_marker()) for line in lines}) == 2
     assert any(line.get_marker() == "x" and list(line.get_ydata()) == [72.0] for line in ax.get_lines())
     plt.close("all")
+
+
+def test_matrix_writes_every_entry_and_keeps_small_entries_visible_on_a_log_scale():
+    from pflcore.analysis import plot_matrix
+
+    matrix = np.array([[1.0, 0.001], [0.02, 0.5]])
+    ax = plot_matrix(matrix, ["a", "b"], fmt="{:.3f}", log_scale=True)
+    assert [t.get_text() for t in ax.texts] == ["1.000", "0.001", "0.020", "0.500"]
+    norm = ax.images[0].norm
+    assert 0.5 < norm(0.001) < norm(0.02) < norm(0.5) < norm(1.0)  # all distinct, above the midpoint
+    plt.close(ax.figure)

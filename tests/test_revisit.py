@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pflcore.engine import ResultsError, RunResult, run
-from pflcore.engine.revisit import final_simulation, reevaluate
+from pflcore.engine.revisit import client_predictions, final_simulation, reevaluate
 
 
 def test_reevaluating_a_finished_run_reproduces_its_final_accuracies(make_config):
@@ -35,3 +35,15 @@ def test_a_run_without_a_final_state_says_so(make_config):
     (result.path / "final_state.pt").unlink()
     with pytest.raises(ResultsError, match="kept no final state"):
         RunResult.load(result.path).final_state()
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedper"])
+def test_client_predictions_agree_with_the_scored_accuracy(make_config, method):
+    # a global predictor (FedAvg) and a personal one (FedPer's own head)
+    result = run(make_config(method=method, rounds=2))
+    sim = final_simulation(result)
+    for client in range(result.config.num_clients):
+        predicted = client_predictions(result, client)
+        labels = sim.data.test[client].y.numpy()
+        assert predicted.shape == labels.shape
+        assert (predicted == labels).mean() == pytest.approx(result.client_acc[client])

@@ -40,6 +40,12 @@ def feature_statistics(z: torch.Tensor, y: torch.Tensor, num_classes: int) -> di
     return {"counts": counts, "prior": prior, "means": means, "v": v, "h": prior[:, None] * means}
 
 
+def alignment_loss(features: torch.Tensor, labels: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    """The feature-alignment term lambda multiplies (section 4.1, eq. 5): the mean squared
+    distance between each sample's features and its class's centroid (``centroids``: (C, d))."""
+    return F.mse_loss(features, centroids[labels])
+
+
 def combination_matrix(v: torch.Tensor, h: torch.Tensor, i: int, eig_floor: float = 0.01) -> np.ndarray:
     """P = diag(v) + D for client ``i`` among m participants (``v``: (m,), ``h``: (m, C, d)).
 
@@ -157,7 +163,7 @@ class FedPAC(Algorithm):
             feats = m.body(x)
             loss = F.cross_entropy(m.head(feats), y)
             if use_alignment:
-                loss = loss + lam * F.mse_loss(feats, targets[y])
+                loss = loss + lam * alignment_loss(feats, y, targets)
             return loss
 
         loss = client.train(model.body.parameters(), loss_fn=loss_fn)

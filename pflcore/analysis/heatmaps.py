@@ -47,3 +47,34 @@ def plot_weight_heatmaps(result: RunResult, rounds: Sequence[int] = (1, 20, 50),
     if title:
         axes[0].figure.suptitle(title)
     return axes
+
+
+def plot_matrix(matrix, labels: Sequence[str] | None = None, ax=None, fmt: str = "{:.2f}", log_scale: bool = False,
+                vmin: float | None = None, vmax: float | None = None, title: str | None = None,
+                colorbar_label: str | None = None):
+    """A small matrix as a heatmap with every entry written in its cell (FedPAC's matrix P
+    and combination weights for a few clients, section 4.3). ``log_scale``: a symmetric log
+    colour scale, so that entries spanning orders of magnitude all stay visible."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import Normalize, SymLogNorm
+
+    matrix = np.asarray(matrix, dtype=float)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.2 * matrix.shape[1] + 2.5, 1.0 * matrix.shape[0] + 1.5))
+    top = float(np.nanmax(np.abs(matrix))) or 1.0
+    if log_scale:
+        linthresh = 10.0 ** (np.floor(np.log10(top)) - 2)  # a power of ten: two decades below the largest entry
+        norm = SymLogNorm(linthresh=linthresh, vmin=-top if vmin is None else vmin, vmax=top if vmax is None else vmax)
+    else:
+        norm = Normalize(np.nanmin(matrix) if vmin is None else vmin, np.nanmax(matrix) if vmax is None else vmax)
+    image = ax.imshow(matrix, cmap="viridis", norm=norm)
+    for (row, col), value in np.ndenumerate(matrix):
+        ax.text(col, row, fmt.format(value), ha="center", va="center",
+                color="white" if norm(value) < 0.6 else "black")
+    if labels is not None:
+        ax.set_xticks(range(matrix.shape[1]), labels)
+        ax.set_yticks(range(matrix.shape[0]), labels)
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8, label=colorbar_label)
+    return ax

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+import torch
 
+from ..training import INFERENCE_BATCH
 from .results import RunResult
 from .simulation import Simulation, build_data
 
@@ -43,6 +45,21 @@ def reevaluate(result: RunResult | str | Path, method_params: Mapping[str, Any] 
     sim = final_simulation(result, method_params)
     try:
         return sim.evaluate(result.config.rounds - 1)
+    finally:
+        sim.close()
+
+
+def client_predictions(result: RunResult | str | Path, client_id: int, split: str = "test") -> np.ndarray:
+    """The labels client ``client_id``'s final predictor (as the evaluation builds it)
+    predicts for its own ``split`` ("test" or "train") samples."""
+    result = result if isinstance(result, RunResult) else RunResult.load(result)
+    sim = final_simulation(result)
+    try:
+        x = getattr(sim.data, split)[client_id].x
+        model = sim.predictor(client_id, result.config.rounds - 1)
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            return torch.cat([model(part.to(device)).argmax(1).cpu() for part in x.split(INFERENCE_BATCH)]).numpy()
     finally:
         sim.close()
 

@@ -26,7 +26,7 @@ from ..data.partition import make_partition, subsample
 from ..data.shifts import make_shift
 from ..data.sources import load_dataset
 from ..models import SplitModel, build_model
-from ..training import INIT_KEY, SERVER_KEY, TrainSettings, derive_seed, generator_for
+from ..training import EVAL_KEY, INIT_KEY, SERVER_KEY, TrainSettings, derive_seed, generator_for
 from .evaluation import accuracies, shared_correct, summarize
 from .executors import InProcess, WorkerPool, resolve_workers
 from .jobs import PROBE_KEY, ClientJob, ClientWorker
@@ -212,6 +212,16 @@ class Simulation:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value != defaults.get(key):
                 values.append(f"method_params.{key}={value!r}")
         return values
+
+    def predictor(self, cid: int, round_index: int) -> torch.nn.Module:
+        """Client ``cid``'s predictor as the evaluation of round ``round_index`` builds it
+        (the shared model of a global method, else the method's personal predictor), in
+        eval mode; for inspecting predictions, not for the scoring itself."""
+        model = self.algorithm.shared_predictor(self.state, self.model)
+        if model is None:
+            client = self.worker.client(cid, round_index, EVAL_KEY, dict(self.client_states.get(cid, {})))
+            model = self.algorithm.predictor(self.algorithm.payload(self.state, cid, EVALUATE), client)
+        return model.eval()
 
     def evaluate(self, round_index: int) -> np.ndarray:
         """Per-client test accuracy of each client's predictor (the one evaluation); NaN for
