@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pflcore.engine import ResultsError, RunResult, run
-from pflcore.engine.revisit import client_predictions, final_simulation, reevaluate
+from pflcore.engine.revisit import client_predictions, final_simulation, reevaluate, global_test_accuracy
 
 
 def test_reevaluating_a_finished_run_reproduces_its_final_accuracies(make_config):
@@ -47,3 +47,42 @@ def test_client_predictions_agree_with_the_scored_accuracy(make_config, method):
         labels = sim.data.test[client].y.numpy()
         assert predicted.shape == labels.shape
         assert (predicted == labels).mean() == pytest.approx(result.client_acc[client])
+
+
+def test_global_test_accuracy_is_the_pooled_accuracy_when_the_clients_hold_the_whole_test_set(make_config):
+    result = run(make_config(method="fedavg", rounds=2, partition={"kind": "iid"}))
+    sim = final_simulation(result)
+    from pflcore.data.sources import load_dataset
+
+    assert int(sim.data.test_sizes.sum()) == len(load_dataset("digits").test_y)  # every test sample, once
+    assert global_test_accuracy(result) == pytest.approx(result.summary["acc_weighted"], abs=1e-9)
+
+
+def test_global_test_accuracy_counts_the_classes_no_client_holds(make_config):
+    from pflcore.data.sources import load_dataset
+
+    # 4 clients x 1 class: at most 4 of the 10 digits are held, the others are never predicted right
+    result = run(make_config(method="fedavg", rounds=2,
+                             partition={"kind": "pathological", "classes_per_client": 1, "samples_per_client": 40}))
+    held = set(np.concatenate([np.unique(final_simulation(result).data.train[k].y.numpy()) for k in range(4)]).tolist())
+    test_y = load_dataset("digits").test_y.numpy()
+    ceiling = 100 * np.isin(test_y, sorted(held)).mean()
+    assert len(held) < 10 and global_test_accuracy(result) <= ceiling + 1e-9
+    assert result.summary["acc_weighted"] > ceiling  # the clients' pooled splits hold only their classes
+
+
+def test_global_test_accuracy_refuses_a_personalised_method(make_config):
+    result = run(make_config(method="fedper", rounds=1))
+    with pytest.raises(ValueError, match="personal model per client"):
+        global_test_accuracy(result)
+
+
+def test_tables_report_the_global_test_accuracy_as_a_metric(make_config):
+    from pflcore.analysis import seeds_table
+
+    result = run(make_config(method="fedavg", rounds=2,
+                             partition={"kind": "pathological", "classes_per_client": 1, "samples_per_client": 40}))
+    table = seeds_table({"fedavg": [result]}, paper={"fedavg": 50.0}, metric="global_test_acc")
+    assert table.loc["fedavg", "global_test_acc"] == pytest.approx(global_test_accuracy(result))
+    assert table.loc["fedavg", "diff"] == pytest.approx(global_test_accuracy(result) - 50.0)
+    assert table.loc["fedavg", "acc_mean"] == result.summary["acc_mean"]  # pflcore's one evaluation beside it

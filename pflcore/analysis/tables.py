@@ -5,6 +5,21 @@ from typing import Mapping, Sequence
 
 from ..engine.results import RunResult
 
+#: The global-model papers' metric (FedFA): the final global model on the dataset's whole
+#: test set. Not in ``summary.json``; computed from the run's final state when a table asks
+#: for it (:func:`pflcore.engine.revisit.global_test_accuracy`).
+GLOBAL_TEST_ACC = "global_test_acc"
+
+
+def metric_value(result: RunResult, metric: str) -> float:
+    """A run's number for ``metric``: a key of its ``summary.json``, or ``"global_test_acc"``
+    (computed once per loaded run, then kept in its in-memory summary)."""
+    if metric == GLOBAL_TEST_ACC and metric not in result.summary:
+        from ..engine.revisit import global_test_accuracy
+
+        result.summary[metric] = global_test_accuracy(result)
+    return result.summary[metric]
+
 
 def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] | None = None,
                   metric: str = "acc_mean"):
@@ -24,6 +39,8 @@ def results_table(results: Mapping[str, RunResult], paper: Mapping[str, float] |
                "acc_weighted": s["acc_weighted"], "best_acc_mean": s["best_acc_mean"],
                "best_acc_weighted": s.get("best_acc_weighted", float("nan")),
                "rounds": s["rounds"], "seconds": s["seconds"], "status": "ok"}
+        if metric not in row:
+            row[metric] = metric_value(res, metric)
         if paper is not None:
             row["paper"] = paper.get(label, float("nan"))
             row["diff"] = row[metric] - row["paper"]
@@ -37,7 +54,7 @@ def sweep_table(results: Mapping[str, Mapping[float, RunResult]], xname: str, me
     (columns); FedCP's tables use ``best_acc_weighted``."""
     import pandas as pd
 
-    table = pd.DataFrame({label: {x: r.summary[metric] for x, r in by_x.items()}
+    table = pd.DataFrame({label: {x: metric_value(r, metric) for x, r in by_x.items()}
                           for label, by_x in results.items()}).T
     table.columns.name = xname
     return table
@@ -46,7 +63,8 @@ def sweep_table(results: Mapping[str, Mapping[float, RunResult]], xname: str, me
 def seeds_table(results: Mapping[str, Sequence[RunResult]], paper: Mapping[str, float] | None = None,
                 metric: str = "best_acc_weighted"):
     """Mean +- std over seeds, one row per method: ``metric`` (the number the paper reports,
-    e.g. FedCP's best-round pooled accuracy ``best_acc_weighted``) beside pflcore's one
+    e.g. FedCP's best-round pooled accuracy ``best_acc_weighted``, FedFA's
+    ``"global_test_acc"``) beside pflcore's one
     evaluation (final round, unweighted mean over clients); with ``paper`` also the paper's
     number and ours minus it. The paper's rows not run are listed ("not run" or "not
     implemented yet"), never dropped."""
@@ -55,7 +73,7 @@ def seeds_table(results: Mapping[str, Sequence[RunResult]], paper: Mapping[str, 
 
     rows = []
     for label, runs in results.items():
-        values = np.array([r.summary[metric] for r in runs], dtype=float)
+        values = np.array([metric_value(r, metric) for r in runs], dtype=float)
         final = np.array([r.summary["acc_mean"] for r in runs], dtype=float)
         row = {"method": label, metric: values.mean(), f"{metric}_std": values.std(), "acc_mean": final.mean(),
                "acc_mean_std": final.std(), "seeds": len(runs),

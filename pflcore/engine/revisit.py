@@ -17,7 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..training import INFERENCE_BATCH
+from ..data.sources import load_dataset
+from ..training import INFERENCE_BATCH, predict_correct
 from .results import RunResult
 from .simulation import Simulation, build_data
 
@@ -60,6 +61,29 @@ def client_predictions(result: RunResult | str | Path, client_id: int, split: st
         device = next(model.parameters()).device
         with torch.inference_mode():
             return torch.cat([model(part.to(device)).argmax(1).cpu() for part in x.split(INFERENCE_BATCH)]).numpy()
+    finally:
+        sim.close()
+
+
+def global_test_accuracy(result: RunResult | str | Path) -> float:
+    """The metric of the global-model papers (FedFA, section 5 and appendix F.3: "the top-1
+    accuracy on all datasets based on the global model"), in %: the run's final global
+    model scored on the dataset's whole test split, every class counted as often as the
+    dataset has it, clean (no per-client shift). pflcore's ``acc_weighted`` pools only the
+    clients' test splits instead: under label skew with few clients those over- or
+    under-represent classes, and a class no client holds is missing from them."""
+    result = result if isinstance(result, RunResult) else RunResult.load(result)
+    sim = final_simulation(result)
+    try:
+        model = sim.algorithm.shared_predictor(sim.state, sim.model)
+        if model is None:
+            raise ValueError(f"global_test_accuracy scores one global model, but method {result.config.method!r} "
+                             "predicts with a personal model per client; use the run's per-client accuracies.")
+        dataset = load_dataset(result.config.dataset, root=result.config.data_root)
+        x, y = dataset.test_x, dataset.test_y.to(sim.data.device)
+        if sim.data.mean is not None:  # images: scaled and normalised as the clients' data
+            x = ((x.float() / 255.0 - sim.data.mean) / sim.data.std).contiguous(memory_format=torch.channels_last)
+        return 100.0 * float(predict_correct(model, x.to(sim.data.device), y).mean())
     finally:
         sim.close()
 
