@@ -14,8 +14,10 @@ FedFA used (:data:`FEDFA_METHOD_PARAMS`).
 
 Differences that remain: the authors normalise Fashion-MNIST with MNIST's statistics
 (0.1307, 0.3081); pflcore normalises every dataset with its own exact statistics. The
-paper reports the final round's global model on the whole test set, 3 seeds; pflcore's
-nearest number is ``acc_weighted`` (the global model pooled over the clients' test splits).
+paper reports the final round's global model on the whole test set, 3 seeds:
+:func:`pflcore.engine.revisit.global_test_accuracy` (tables: ``metric="global_test_acc"``).
+Where the clients' test splits together are the whole test set (Table 2's 100 clients)
+pflcore's ``acc_weighted`` equals it; with appendix F.2's 10 clients it does not.
 
 Reported numbers (top-1 %, mean of 3 seeds unless said), keyed by row label
 (``"method name=value ..."``, :func:`pflcore.papers.split_label`; ``fedfa_config``
