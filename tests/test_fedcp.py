@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pflcore.algorithms.fedcp import ConditionalPolicyNetwork, FedCP
+from pflcore.algorithms.fedcp import ConditionalPolicyNetwork, FedCP, logistic_noise
 from pflcore.algorithms.losses import MMD_BANDWIDTHS, rbf_mmd
 from pflcore.engine import Simulation, build_data
 
@@ -146,6 +146,15 @@ def test_stale_modules_match_the_fix_under_full_participation_and_differ_under_p
     assert any(not torch.equal(part.state["cpn"][k], v) for k, v in part_stale.state["cpn"].items())
     # the stale variant keeps one version per round a client last took part in, nothing more
     assert set(part_stale.state["versions"]) == {str(int(r)) for r in part_stale.state["received"]}
+
+
+def test_gumbel_noise_is_logistic_the_difference_of_two_gumbel_draws():
+    # log(u / (1 - u)) of the very uniforms drawn, and the logistic law's moments: mean 0, variance pi^2 / 3
+    noise = logistic_noise((200_000,), torch.Generator().manual_seed(3), torch.device("cpu"))
+    u = torch.rand((200_000,), generator=torch.Generator().manual_seed(3)).clamp(min=2.0 ** -24)
+    torch.testing.assert_close(noise, torch.log(u) - torch.log1p(-u))
+    assert abs(float(noise.mean())) < 0.02
+    assert float(noise.var()) == pytest.approx(math.pi ** 2 / 3, rel=0.02)
 
 
 def test_gumbel_noise_only_in_training_by_default(make_config):

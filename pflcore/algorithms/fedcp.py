@@ -55,7 +55,7 @@ def logistic_noise(shape: tuple[int, ...] | torch.Size, generator: torch.Generat
                    device: torch.device) -> torch.Tensor:
     """Draws of log(u / (1 - u)), u uniform in (0, 1): the difference of two Gumbel draws."""
     u = torch.rand(shape, generator=generator, device=device).clamp_(min=2.0 ** -24)
-    return u.log_() - torch.log1p(-u)
+    return torch.logit(u)
 
 
 class ConditionalPolicyNetwork(nn.Module):
