@@ -47,6 +47,8 @@ def test_a_forced_policy_selects_one_head(make_config, personal):
         h = net.body(x)
         logits, _, s = net.outputs(x)
     assert torch.equal(s, torch.full_like(s, personal))
+    forced, _, _ = net.outputs(x, h, personal_share=personal)  # the same, without touching the CPN
+    torch.testing.assert_close(forced, logits)
     if personal:
         expected = net.head(h) + net.global_head.bias
     else:

@@ -117,17 +117,19 @@ class ConditionalModel(nn.Module):
         tau = self.method.tau
         return torch.sigmoid(z if tau == 1 else z / tau)
 
-    def outputs(self, x: torch.Tensor, h: torch.Tensor | None = None, noise: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def outputs(self, x: torch.Tensor, h: torch.Tensor | None = None, noise: torch.Tensor | None = None,
+                personal_share: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Logits, the feature h (computed from x unless given) and the policy s (None
-        without a CPN); ``noise`` as in :meth:`policy`."""
+        without a CPN); ``noise`` as in :meth:`policy`. ``personal_share`` forces s to that
+        value in every dimension instead of the CPN's (1: the personal head alone reads h,
+        0: the global head alone; section 3.2's two extremes), for inspection."""
         if h is None:
             h = self.body(x)
         m = self.method
         if not m.use_cpn:
             logits = self.head(h) + self.global_head(h) if m.global_head else self.head(h)
             return logits, h, None
-        s = self.policy(h, noise)
+        s = self.policy(h, noise) if personal_share is None else torch.full_like(h, float(personal_share))
         personal = s * h
         logits = self.head(personal) + self.global_head(h - personal) if m.global_head else self.head(personal)
         return logits, h, s
