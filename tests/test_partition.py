@@ -308,6 +308,22 @@ def test_pathological_clustered_shares_sets_within_group() -> None:
     assert p.info["group"] == [i % 5 for i in range(20)]
 
 
+@pytest.mark.parametrize("clients, per_client", [(10, 2), (7, 3), (20, [3, 3, 5, 5, 8])])
+def test_pathological_balanced_holds_every_class_equally_often(clients, per_client) -> None:
+    p = make_partition("pathological", FM_TRAIN, FM_TEST, clients, seed=2021, classes_per_client=per_client,
+                       class_sets="balanced", samples_per_client=100)
+    sizes = [per_client] * clients if isinstance(per_client, int) else [per_client[i % 5] for i in range(clients)]
+    sets = p.info["class_sets"]
+    assert [len(c) for c in sets] == sizes and all(len(set(c)) == len(c) for c in sets)
+    holders = np.bincount(np.concatenate(sets), minlength=10)
+    assert holders.max() - holders.min() <= 1  # 10 x 2 -> every class at exactly 2 clients
+    counts = p.label_counts(pool_labels(FM_TRAIN, FM_TEST), 10)
+    assert all(np.flatnonzero(counts[i]).tolist() == sets[i] for i in range(clients))
+    again = make_partition("pathological", FM_TRAIN, FM_TEST, clients, seed=2021, classes_per_client=per_client,
+                           class_sets="balanced", samples_per_client=100)
+    assert again.info["class_sets"] == sets
+
+
 def test_pathological_even_split_uses_whole_pools() -> None:
     p = make_partition("pathological", TRAIN, TEST, 20, seed=0, classes_per_client=2, samples_per_client=None)
     counts = p.label_counts(POOLED, 10)

@@ -50,7 +50,8 @@ def partition(
     Client ``i`` is in group ``i % G`` with ``G = len(classes_per_client)`` for a list
     (else ``num_groups``, default 1).  ``class_sets="random"``: each client draws its own
     classes; ``"clustered"``: each group draws one set shared by its clients (redrawn up
-    to 100 times so the group sets differ).  With ``samples_per_client`` an int, the
+    to 100 times so the group sets differ); ``"balanced"``: every class is held by the same
+    number of clients give or take one (:func:`balanced_class_sets`).  With ``samples_per_client`` an int, the
     client's samples are balanced over its classes and its test set follows the same
     proportions with ``round(test_fraction * n)`` samples (default 0.5).  With
     ``samples_per_client=None`` (FedCP style) each class's pool is split evenly among
@@ -71,6 +72,8 @@ def partition(
     if class_sets == "random":
         keys = np.argsort(rng.random((num_clients, num_classes)), axis=1)
         sets = [np.sort(keys[i, : per_group[group_of[i]]]) for i in range(num_clients)]
+    elif class_sets == "balanced":
+        sets = balanced_class_sets([per_group[group_of[i]] for i in range(num_clients)], num_classes, rng)
     else:
         for _ in range(100):
             keys = np.argsort(rng.random((n_groups, num_classes)), axis=1)
@@ -124,6 +127,22 @@ def partition(
     return train, test, info
 
 
+def balanced_class_sets(sizes: Sequence[int], num_classes: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Class sets of the given sizes, distinct classes within a client, every class held by
+    as many clients as every other give or take one: clients take consecutive classes
+    from a sequence of random permutations of the classes (redrawn, up to 1000 times, until
+    no client's run of classes repeats one)."""
+    total = int(sum(sizes))
+    bounds = np.cumsum([0, *sizes])
+    for _ in range(1000):
+        deal = np.concatenate([rng.permutation(num_classes) for _ in range(-(-total // num_classes))])[:total]
+        sets = [np.sort(deal[bounds[i]:bounds[i + 1]]) for i in range(len(sizes))]
+        if all(len(np.unique(c)) == len(c) for c in sets):
+            return sets
+    raise PartitionError("class_sets='balanced' found no deal with distinct classes within every client in 1000 "
+                         "draws; use class_sets='random'.", param="class_sets")
+
+
 def check(p: dict, num_classes: int | None) -> None:
     """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
     k = "pathological"
@@ -140,7 +159,7 @@ def check(p: dict, num_classes: int | None) -> None:
             f"num_classes={num_classes} classes.",
             param="classes_per_client",
         )
-    need_choice(k, "class_sets", p["class_sets"], ("random", "clustered"))
+    need_choice(k, "class_sets", p["class_sets"], ("random", "clustered", "balanced"))
     ng = p["num_groups"]
     if ng is not None:
         need_int(k, "num_groups", ng, 1)
