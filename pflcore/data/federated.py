@@ -58,7 +58,7 @@ class FederatedData:
             y = pooled_y[index].clone()
             for transform in transforms:  # on [0, 1] images, before normalisation (or on token ids)
                 x, y = transform(cid, x, y)
-            return (x, y) if tokens else ((x - mean) / std, y)
+            return (x, y) if tokens else (self.normalise(x), y)
 
         def pack(indices: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, list[ClientSplit]]:
             """All clients' samples in one tensor (client after client), each client a view
@@ -93,6 +93,10 @@ class FederatedData:
         self.device = torch.device(device)
         self.train_x, self.train_y, self.train = pack(partition.train)
         self.test_x, self.test_y, self.test = pack(partition.test)
+
+    def normalise(self, x: torch.Tensor) -> torch.Tensor:
+        """Images scaled to [0, 1], normalised as every client's data is (token ids pass through)."""
+        return x if self.mean is None else (x - self.mean) / self.std
 
     @property
     def num_clients(self) -> int:

@@ -80,10 +80,8 @@ def global_test_accuracy(result: RunResult | str | Path) -> float:
             raise ValueError(f"global_test_accuracy scores one global model, but method {result.config.method!r} "
                              "predicts with a personal model per client; use the run's per-client accuracies.")
         dataset = load_dataset(result.config.dataset, root=result.config.data_root)
-        x, y = dataset.test_x, dataset.test_y.to(sim.data.device)
-        if sim.data.mean is not None:  # images: scaled and normalised as the clients' data
-            x = ((x.float() / 255.0 - sim.data.mean) / sim.data.std).contiguous(memory_format=torch.channels_last)
-        return 100.0 * float(predict_correct(model, x.to(sim.data.device), y).mean())
+        x = dataset.test_x if dataset.inputs == "tokens" else sim.data.normalise(dataset.test_x.float() / 255.0)
+        return 100.0 * float(predict_correct(model, x.to(sim.data.device), dataset.test_y.to(sim.data.device)).mean())
     finally:
         sim.close()
 
