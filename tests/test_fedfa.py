@@ -290,3 +290,22 @@ def test_paper_settings_and_row_labels():
             if params.get("initialization") == "from_run":
                 params["anchors_from"] = "a finished run"
             make_algorithm(method, **params)  # every row is a valid method with valid parameters
+
+
+def test_validation_run_gives_every_class_to_two_clients():
+    """Appendix F.2: 10 clients x 2 classes x 500 samples; every class held by exactly 2 clients,
+    so the global test set has no class the federation never saw."""
+    from pflcore.data.partition import make_partition
+    from pflcore.papers.fedfa import fedfa_validation_config
+
+    config = fedfa_validation_config("fedfa", seed=2021)
+    assert (config.num_clients, config.participation, config.local_epochs, config.rounds) == (10, 1.0, 10, 15)
+    rng = np.random.default_rng(0)
+    train, test = rng.permutation(np.repeat(np.arange(10), 6000)), rng.permutation(np.repeat(np.arange(10), 1000))
+    spec = dict(config.partition)
+    p = make_partition(spec.pop("kind"), train, test, config.num_clients, seed=config.seed, **spec)
+    counts = np.stack([np.bincount(train[idx], minlength=10) for idx in p.train])
+    assert np.array_equal((counts > 0).sum(axis=0), np.full(10, 2))  # every class, exactly 2 holders
+    assert np.array_equal((counts > 0).sum(axis=1), np.full(10, 2))  # every client, 2 classes ...
+    assert set(counts[counts > 0].tolist()) == {500}  # ... of 500 samples each
+    assert fedfa_validation_config("fedfa", samples_per_client=100).partition["samples_per_client"] == 100
