@@ -9,6 +9,11 @@ import pytest
 
 from pflcore.config import ExperimentConfig
 
+#: The FedCP authors' MNIST partition, in ``../shared`` beside the project (as the README and CI have it).
+FEDCP_MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist-fedcp-dir0.1"
+needs_fedcp_mnist = pytest.mark.skipif(not (FEDCP_MNIST / "config.json").is_file(),
+                                       reason=f"{FEDCP_MNIST} is not present")
+
 
 def tiny_config(tmp_path, **changes) -> ExperimentConfig:
     """Digits, 4 clients x 80 samples (dominant-class partition), MLP, 3 rounds, in-process

@@ -11,7 +11,7 @@ from pflcore.algorithms.fedcp import ConditionalPolicyNetwork, FedCP, logistic_n
 from pflcore.algorithms.losses import MMD_BANDWIDTHS, rbf_mmd
 from pflcore.engine import Simulation, build_data
 
-from conftest import advance
+from conftest import FEDCP_MNIST, advance, needs_fedcp_mnist
 
 
 def forced_policy(cpn: ConditionalPolicyNetwork, personal: float) -> None:
@@ -199,3 +199,23 @@ def test_batchnorm_cpn_skips_a_lone_sample_batch(make_config):
     config = make_config(method="fedcp", batch_size=79, method_params={"cpn_norm": "batch"})  # 80 = 79 + 1
     sim = advance(Simulation(config, build_data(make_config())), 1)
     assert np.isfinite(sim.evaluate(1)).all()
+
+
+@needs_fedcp_mnist
+def test_paper_settings():
+    """Section 4 and appendix D: batch 10, E = 1, 20 clients all taking part, lr 0.005 and lambda 5
+    for the CNN (0.1 and 1 for ResNet-18); the baselines take PFLlib's choices, overridable."""
+    from pflcore.papers.fedcp import fedcp_config
+
+    config = fedcp_config("fedcp", data_root=str(FEDCP_MNIST))
+    assert (config.batch_size, config.local_epochs, config.num_clients, config.participation) == (10, 1, 20, 1.0)
+    assert (config.lr, config.momentum, config.weight_decay, config.method_params) == (0.005, 0.0, 0.0, {"lam": 5.0})
+    assert config.partition == {"kind": "given"} and config.dataset == "pfllib"
+    resnet = fedcp_config("fedcp", dataset="cifar10", model="resnet18", method_params={"tau": 2.0})
+    assert resnet.lr == 0.1 and resnet.method_params == {"lam": 1.0, "tau": 2.0}
+    assert resnet.partition == {"kind": "pfllib_dirichlet", "alpha": 0.1}
+    assert fedcp_config("fedphp", data_root=str(FEDCP_MNIST)).method_params == {"mmd_kernel": "fixed"}
+    assert fedcp_config("fedphp", data_root=str(FEDCP_MNIST), method_params={"mmd_kernel": "adaptive"}).method_params == {"mmd_kernel": "adaptive"}
+    assert fedcp_config("fedavg", data_root=str(FEDCP_MNIST)).method_params == {}
+    with pytest.raises(ValueError):
+        fedcp_config("fedcp", setting="iid")

@@ -22,7 +22,9 @@ from pflcore.data.sources import DatasetCorruptError, load_dataset, pfllib
 from pflcore.engine.simulation import build_data
 from pflcore.errors import ConfigError
 
-REAL = Path("/work/shared/data/mnist-fedcp-dir0.1")
+from conftest import FEDCP_MNIST, needs_fedcp_mnist
+
+REAL = FEDCP_MNIST
 REAL_TOTALS = [6903, 7877, 6990, 7141, 6824, 6313, 6876, 7293, 6825, 6958]
 
 
@@ -419,7 +421,7 @@ def test_bad_parameters(kind: str, num_clients: int, params: dict, param: str) -
 
 # --------------------------------------------------------------------------- the real FedCP MNIST folder
 
-needs_real = pytest.mark.skipif(not (REAL / "config.json").is_file(), reason=f"{REAL} is not present")
+needs_real = needs_fedcp_mnist
 
 
 @needs_real

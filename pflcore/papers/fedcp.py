@@ -26,6 +26,10 @@ FEDCP_LR = {"fedcp_cnn": 0.005, "resnet18": 0.1, "fasttext": 0.1}
 FEDCP_LAMBDA = {"fedcp_cnn": 5.0, "resnet18": 1.0, "fasttext": 1.0}
 
 
+#: Baselines' ``method_params`` for FedCP's tables, whose baseline rows the authors ran in PFLlib:
+#: FedPHP with PFLlib's fixed MMD kernels (its own default is its authors' adaptive kernel).
+FEDCP_BASELINE_PARAMS: dict[str, dict[str, Any]] = {"fedphp": {"mmd_kernel": "fixed"}}
+
 #: Classes per client in the pathological setting (section 4).
 FEDCP_PATHOLOGICAL_CLASSES = {"mnist": 2, "cifar10": 2, "cifar100": 10}
 
@@ -57,8 +61,10 @@ def fedcp_config(method: str, *, dataset: str = "mnist", setting: str = "practic
         num_clients=20, rounds=2000, local_epochs=1, batch_size=10, lr=FEDCP_LR.get(model, 0.005), momentum=0.0,
         weight_decay=0.0, participation=1.0, eval_every=1, partition=partition,
     )
-    if method == "fedcp":  # the backbone's lambda unless the given method_params set it
-        values["method_params"] = {"lam": FEDCP_LAMBDA.get(model, 5.0), **changes.pop("method_params", {})}
+    # the backbone's lambda for FedCP, PFLlib's choices for the baselines, unless method_params set them
+    defaults = {"lam": FEDCP_LAMBDA.get(model, 5.0)} if method == "fedcp" else FEDCP_BASELINE_PARAMS.get(method, {})
+    if defaults:
+        values["method_params"] = {**defaults, **changes.pop("method_params", {})}
     values.update(changes)
     return ExperimentConfig.from_dict(values)
 
