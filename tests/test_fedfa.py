@@ -295,7 +295,7 @@ def test_paper_settings_and_row_labels():
 def test_validation_run_gives_every_class_to_two_clients():
     """Appendix F.2: 10 clients x 2 classes x 500 samples; every class held by exactly 2 clients,
     so the global test set has no class the federation never saw."""
-    from pflcore.data.partition import make_partition
+    from pflcore.data.partition import make_partition, pool_labels
     from pflcore.papers.fedfa import fedfa_validation_config
 
     config = fedfa_validation_config("fedfa", seed=2021)
@@ -304,7 +304,7 @@ def test_validation_run_gives_every_class_to_two_clients():
     train, test = rng.permutation(np.repeat(np.arange(10), 6000)), rng.permutation(np.repeat(np.arange(10), 1000))
     spec = dict(config.partition)
     p = make_partition(spec.pop("kind"), train, test, config.num_clients, seed=config.seed, **spec)
-    counts = np.stack([np.bincount(train[idx], minlength=10) for idx in p.train])
+    counts = p.label_counts(pool_labels(train, test), 10)
     assert np.array_equal((counts > 0).sum(axis=0), np.full(10, 2))  # every class, exactly 2 holders
     assert np.array_equal((counts > 0).sum(axis=1), np.full(10, 2))  # every client, 2 classes ...
     assert set(counts[counts > 0].tolist()) == {500}  # ... of 500 samples each

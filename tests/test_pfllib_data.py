@@ -24,7 +24,6 @@ from pflcore.errors import ConfigError
 
 from conftest import FEDCP_MNIST, needs_fedcp_mnist
 
-REAL = FEDCP_MNIST
 REAL_TOTALS = [6903, 7877, 6990, 7141, 6824, 6313, 6876, 7293, 6825, 6958]
 
 
@@ -421,32 +420,30 @@ def test_bad_parameters(kind: str, num_clients: int, params: dict, param: str) -
 
 # --------------------------------------------------------------------------- the real FedCP MNIST folder
 
-needs_real = needs_fedcp_mnist
 
-
-@needs_real
+@needs_fedcp_mnist
 def test_real_fedcp_mnist(iso: Path) -> None:
-    ds = load_dataset("pfllib", root=REAL, download=False)
+    ds = load_dataset("pfllib", root=FEDCP_MNIST, download=False)
     assert ds.num_train == 52_492 and ds.num_test == 17_508
     assert ds.train_x.shape[1:] == (1, 28, 28) and ds.num_classes == 10
     totals = np.bincount(np.concatenate([ds.train_y.numpy(), ds.test_y.numpy()]), minlength=10)
     assert totals.tolist() == REAL_TOTALS
-    config = json.loads((REAL / "config.json").read_text())
+    config = json.loads((FEDCP_MNIST / "config.json").read_text())
     sizes = [sum(c for _, c in pairs) for pairs in config["Size of samples for labels in clients"]]
     train_sizes = np.bincount(ds.owners[0], minlength=20)
     assert (train_sizes + np.bincount(ds.owners[1], minlength=20)).tolist() == sizes
     assert train_sizes.tolist() == [math.floor(0.75 * n) for n in sizes]  # PFLlib's 75/25 split
-    assert sources.dataset_shape("pfllib", REAL) == (1, 28, 10)
+    assert sources.dataset_shape("pfllib", FEDCP_MNIST) == (1, 28, 10)
     # the same images re-partitioned: 2 classes per client, PFLlib's pathological generator
     p = make_partition("pfllib_pathological", ds.train_y.numpy(), ds.test_y.numpy(), 20, seed=0, classes_per_client=2)
     counts = p.label_counts(pool_labels(ds.train_y.numpy(), ds.test_y.numpy()), 10, "all")
     assert ((counts > 0).sum(axis=1) == 2).all() and counts.sum() == 70_000
 
 
-@needs_real
+@needs_fedcp_mnist
 def test_real_folder_md5_is_checked(iso: Path) -> None:
     copy = iso / "copy"
-    shutil.copytree(REAL, copy)
+    shutil.copytree(FEDCP_MNIST, copy)
     for p in copy.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
     copy.chmod(0o755)
@@ -462,12 +459,12 @@ def test_real_folder_md5_is_checked(iso: Path) -> None:
     one_sentence(str(info.value))
 
 
-@needs_real
+@needs_fedcp_mnist
 def test_real_fedcp_mnist_tiny_run(iso: Path) -> None:
     import pflcore
 
     config = ExperimentConfig.from_dict(dict(
-        method="fedavg", dataset="pfllib", data_root=str(REAL), model="fedcp_cnn",
+        method="fedavg", dataset="pfllib", data_root=str(FEDCP_MNIST), model="fedcp_cnn",
         partition={"kind": "given", "subsample": 0.02}, num_clients=20, rounds=1, local_epochs=1,
         batch_size=10, lr=0.005, momentum=0.0, weight_decay=0.0, output_dir=str(iso / "out"),
         quiet=True, workers=0, seed=0))
