@@ -202,6 +202,50 @@ def test_feddyn_clips_the_step_direction(make_config):
     assert float(moved) == pytest.approx(sim.settings.lr * 1e-3, rel=1e-3)
 
 
+def test_feddyn_fedfa_code_variant_is_fedavg_at_first_then_pulls_by_the_last_local_model(make_config):
+    """FedFA's FedDyn: a client's first participation is FedAvg's local update and the server
+    takes the n_i-weighted mean (no h). Afterwards one full-batch plain-SGD step follows
+    theta_1 = theta_0 - eta (grad l(theta_0) + alpha_k (theta_k^prev - theta_0)),
+    alpha_k = alpha * mean n / n_k, theta_k^prev the client's model after its last round."""
+    alpha = 0.5
+    params = {"alpha": alpha, "max_grad_norm": 0.0, "variant": "fedfa_code"}
+    partition = {"kind": "quantity", "size_choices": [40, 120]}
+    sim = simulation(make_config, method="feddyn", batch_size=256, local_epochs=1, rounds=2, seed=1,
+                     partition=partition, method_params=params, **PLAIN_SGD)
+    fedavg = make_algorithm("fedavg")
+    ids = [int(c) for c in sim.participants(0)]
+    updates = {}
+    for c in ids:
+        payload = sim.algorithm.payload(sim.state, c)
+        updates[c] = sim.algorithm.local_update(payload, fresh_client(sim, c, 0))
+        assert same(updates[c]["model"], fedavg.local_update({"model": payload["model"]}, fresh_client(sim, c, 0))["model"])
+    assert len({updates[c]["num_samples"] for c in ids}) > 1
+    state = sim.algorithm.aggregate(sim.state, updates, sim.server_context(0))
+    assert same(state["model"], fedavg.aggregate(sim.state, updates, sim.server_context(0))["model"])
+
+    sim = advance(simulation(make_config, method="feddyn", batch_size=256, local_epochs=1, rounds=2, seed=1,
+                             partition=partition, method_params=params, **PLAIN_SGD), 1)
+    c = int(sim.participants(0)[0])
+    previous = sim.client_states[c]["previous_model"]
+    payload = sim.algorithm.payload(sim.state, c)
+    client = fresh_client(sim, c, 1, sim.client_states[c])
+    model = copy.deepcopy(sim.model)
+    names = [n for n, _ in model.named_parameters()]
+    theta0 = {n: payload["model"][n] for n in names}
+    theta = {n: t.detach().requires_grad_(True) for n, t in theta0.items()}
+    loss = F.cross_entropy(functional_call(model, theta, (client.x,)), client.y)
+    grads = dict(zip(names, torch.autograd.grad(loss, list(theta.values()))))
+    alpha_k = sim.algorithm.local_alpha(payload, client)
+    assert alpha_k == pytest.approx(alpha * payload["mean_train_size"] / client.num_samples)
+    assert alpha_k != pytest.approx(alpha)
+    update = sim.algorithm.local_update(payload, client)
+    eta = sim.settings.lr
+    for n in names:
+        expected = theta0[n] - eta * (grads[n] + alpha_k * (previous[n] - theta0[n]))
+        torch.testing.assert_close(update["model"][n], expected, rtol=1e-4, atol=1e-6)
+    assert not same({n: previous[n] for n in names}, {n: theta0[n] for n in names})
+
+
 # ---------------------------------------------------------------------- MOON
 def test_moon_contrastive_loss_is_log_2_with_zero_gradient_when_previous_is_global():
     torch.manual_seed(0)
@@ -326,3 +370,24 @@ def test_fedproc_prototypes_start_orthogonal_and_follow_the_clients(make_config)
     for c in range(4):
         held |= torch.bincount(sim.data.train[c].y, minlength=10) > 0
     assert sim.state["seen"].bool().tolist() == held.tolist()
+
+
+def test_fedproc_fedfa_code_variant_scores_by_dot_products_against_fixed_anchors(make_config):
+    """FedFA's FedProc: round 1 of T = 4 reports (1/4) CE + (3/4) (-log softmax_c(z . p_c)[y]),
+    no normalisation or temperature, and the anchors are the same after every round."""
+    sim = simulation(make_config, method="fedproc", rounds=4, batch_size=256, local_epochs=1,
+                     method_params={"variant": "fedfa_code"})
+    initial = sim.state["prototypes"].clone()
+    payload = sim.algorithm.payload(sim.state, 2)
+    client = fresh_client(sim, 2, 0)
+    model = copy.deepcopy(sim.model)
+    model.load_state_dict(payload["model"])
+    with torch.no_grad():
+        z = model.body(client.x)
+        ce = F.cross_entropy(model.head(z), client.y)
+        lpc = -torch.log_softmax(z @ initial.T, dim=1)[torch.arange(len(client.y)), client.y].mean()
+    assert float(lpc) != pytest.approx(float(prototype_loss(z, client.y, initial, 0.5)), rel=1e-3)
+    update = sim.algorithm.local_update(payload, client)
+    assert update["loss"] == pytest.approx(float(0.25 * ce + 0.75 * lpc), rel=1e-5)
+    sim = advance(sim, 2)
+    assert torch.equal(sim.state["prototypes"], initial)

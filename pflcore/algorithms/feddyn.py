@@ -33,7 +33,12 @@ Defaults and deviations from public code:
 - FedFA's FedDyn (``feddyn_optimizer`` in its ``utils/optimizer.py``) is not FedDyn: its
   linear term uses the client's previous local model instead of the accumulated g_k, it
   has no quadratic term other than a fixed weight decay 1e-3, and its server is plain
-  n_i-weighted FedAvg with no h.
+  n_i-weighted FedAvg with no h. ``variant = "fedfa_code"`` runs that algorithm, to put
+  FedFA's Table 2 row beside a faithful FedDyn: each step follows
+  grad l_k(theta) + alpha_k (theta_k^prev - theta^{t-1}) (theta_k^prev the client's model
+  after its last participation, theta^{t-1} at its first, so that round is FedAvg's;
+  alpha_k = alpha * mean n / n_k as in its code), clipped as above, with the run's weight
+  decay and momentum; the server takes the n_i-weighted mean.
 """
 from __future__ import annotations
 
@@ -43,7 +48,8 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
-from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
+from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights,
+                   snapshot, weighted_average)
 
 
 def clip_(grads: list[torch.Tensor], max_norm: float) -> None:
@@ -64,6 +70,8 @@ class FedDyn(Algorithm):
         "max_grad_norm": Param(10.0, low=0, doc="clip each local step's gradient to this norm (0: no clipping)"),
         "alpha_scaling": Param("none", choices=("none", "samples"),
                                doc="alpha on client k: alpha (the paper) or alpha * mean n / n_k (authors' code)"),
+        "variant": Param("acar", choices=("acar", "fedfa_code"),
+                         doc="acar: FedDyn as its paper; fedfa_code: the algorithm FedFA's code runs as FedDyn"),
     }
 
     # -- server ------------------------------------------------------------------------
@@ -78,6 +86,9 @@ class FedDyn(Algorithm):
         return {"model": state["model"]}
 
     def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
+        if self.variant == "fedfa_code":
+            ids, weights = sample_weights(updates)
+            return {**state, "model": weighted_average([updates[c]["model"] for c in ids], weights)}
         ids = sorted(updates)
         alpha, n_all = float(self.alpha), ctx.info.num_clients
         previous, h = state["model"], state["h"]
@@ -96,11 +107,13 @@ class FedDyn(Algorithm):
     # -- client ------------------------------------------------------------------------
     def local_alpha(self, payload: dict, client: Client) -> float:
         alpha = float(self.alpha)
-        if self.alpha_scaling == "samples" and client.num_samples:
+        if (self.alpha_scaling == "samples" or self.variant == "fedfa_code") and client.num_samples:
             alpha *= float(payload["mean_train_size"]) / client.num_samples
         return alpha
 
     def local_update(self, payload: dict, client: Client) -> dict:
+        if self.variant == "fedfa_code":
+            return self.fedfa_code_update(payload, client)
         model = load(client.model, payload["model"])
         names = [name for name, _ in model.named_parameters()]
         params = [p for _, p in model.named_parameters()]
@@ -122,6 +135,29 @@ class FedDyn(Algorithm):
             drift = torch._foreach_sub([p.detach() for p in params], anchor)
             new = torch._foreach_add(g_k, drift, alpha=-alpha)
         client.state["gradient"] = {n: t for n, t in zip(names, new)}
+        return {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
+
+    def fedfa_code_update(self, payload: dict, client: Client) -> dict:
+        """One round of FedFA's FedDyn (see the module docstring): a fixed linear term
+        alpha_k <theta, theta_k^prev - theta^{t-1}>, no quadratic term, no g_k."""
+        model = load(client.model, payload["model"])
+        names = [name for name, _ in model.named_parameters()]
+        params = [p for _, p in model.named_parameters()]
+        received = [payload["model"][n] for n in names]
+        previous = client.state.get("previous_model")
+        pull = (torch._foreach_sub([previous[n] for n in names], received) if previous is not None
+                else [torch.zeros_like(t) for t in received])
+        torch._foreach_mul_(pull, self.local_alpha(payload, client))
+        max_norm = float(self.max_grad_norm)
+
+        def adjust(grads: list[torch.Tensor]) -> list[torch.Tensor]:
+            direction = torch._foreach_add(grads, pull)
+            if max_norm > 0:
+                clip_(direction, max_norm)
+            return direction
+
+        loss, _ = client.train_adjusted(model, params, adjust)
+        client.state["previous_model"] = {n: p.detach().clone() for n, p in zip(names, params)}
         return {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
 
     # -- prediction ----------------------------------------------------------------------

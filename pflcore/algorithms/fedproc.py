@@ -38,8 +38,10 @@ always has a prototype and l_pc is defined from the first round.
 What FedFA's code actually ran (``fedproc_optimizer``, ``utils/ContrastiveLoss.py``),
 for the record: the scores are dot products z . p_c without normalisation or temperature;
 the prototypes are never updated (the update is commented out and the anchors are not in
-the optimiser), so its FedProc trained against fixed one-hot anchors throughout. FedProc
-has no public code. The contrastive term here acts on the body's features (no separate
+the optimiser), so its FedProc trained against fixed one-hot anchors throughout.
+``variant = "fedfa_code"`` runs that algorithm, to put FedFA's FedProc rows beside this
+one: l_pc = -log softmax_c(z . p_c)[y] against the initial anchors, which never change
+(the same t/T weighting, no class means uploaded). FedProc has no public code. The contrastive term here acts on the body's features (no separate
 projection head).
 """
 from __future__ import annotations
@@ -102,6 +104,8 @@ class FedProc(Algorithm):
         "tau": Param(0.5, low=0, low_open=True, doc="tau, the temperature of the prototypical contrastive loss"),
         "momentum": Param(0.5, low=0, high=1,
                           doc="lambda in p <- lambda p + (1 - lambda) pooled mean (0: FedProc's replacement)"),
+        "variant": Param("fedproc", choices=("fedproc", "fedfa_code"),
+                         doc="fedproc: as its paper; fedfa_code: FedFA's code (fixed anchors, dot-product scores)"),
     }
 
     # -- server ------------------------------------------------------------------------
@@ -121,6 +125,8 @@ class FedProc(Algorithm):
 
     def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, weights = sample_weights(updates)
+        if self.variant == "fedfa_code":  # the anchors never move
+            return {**state, "model": weighted_average([updates[c]["model"] for c in ids], weights)}
         prototypes, seen = update_prototypes(state["prototypes"], state["seen"],
                                              [updates[c]["class_means"] for c in ids],
                                              [updates[c]["class_counts"] for c in ids], float(self.momentum))
@@ -137,6 +143,7 @@ class FedProc(Algorithm):
         model = load(client.model, payload["model"])
         w_ce = self.ce_weight(client.round, int(payload["rounds"]))
         prototypes, tau = payload["prototypes"], float(self.tau)
+        fedfa_code = self.variant == "fedfa_code"
         params = list(model.parameters())
         step = client.sgd(params)
         total, steps = torch.zeros((), device=client.x.device), 0
@@ -146,10 +153,15 @@ class FedProc(Algorithm):
                     z = model.body(x)
                     loss = F.cross_entropy(model.head(z), y)
                 if w_ce < 1.0:
-                    loss = w_ce * loss + (1.0 - w_ce) * prototype_loss(z, y, prototypes, tau)
+                    contrastive = (F.cross_entropy(z.float() @ prototypes.float().T, y) if fedfa_code
+                                   else prototype_loss(z, y, prototypes, tau))
+                    loss = w_ce * loss + (1.0 - w_ce) * contrastive
                 step(loss)
                 total += loss.detach()
                 steps += 1
+        if fedfa_code:
+            return {"model": snapshot(model), "num_samples": client.num_samples,
+                    "loss": float(total.item()) / steps if steps else 0.0}
         features = client.features(model) if client.num_samples else torch.zeros(0, model.feature_dim,
                                                                                   device=client.x.device)
         means, counts = class_means(features, client.y, client.num_classes)
