@@ -17,7 +17,10 @@ Differences that remain: the authors normalise Fashion-MNIST with MNIST's statis
 paper reports the final round's global model on the whole test set, 3 seeds:
 :func:`pflcore.engine.revisit.global_test_accuracy` (tables: ``metric="global_test_acc"``).
 Where the clients' test splits together are the whole test set (Table 2's 100 clients)
-pflcore's ``acc_weighted`` equals it; with appendix F.2's 10 clients it does not.
+pflcore's ``acc_weighted`` equals it; with appendix F.2's 10 clients it does not. The
+paper's FedDyn and FedProc rows come from other algorithms that FedFA's code runs under
+those names; the labels ``"feddyn variant=fedfa_code"`` and ``"fedproc variant=fedfa_code"``
+run them (:mod:`pflcore.algorithms.feddyn`, :mod:`pflcore.algorithms.fedproc`).
 
 Reported numbers (top-1 %, mean of 3 seeds unless said), keyed by row label
 (``"method name=value ..."``, :func:`pflcore.papers.split_label`; ``fedfa_config``
