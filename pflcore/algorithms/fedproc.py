@@ -41,8 +41,8 @@ the prototypes are never updated (the update is commented out and the anchors ar
 the optimiser), so its FedProc trained against fixed one-hot anchors throughout.
 ``variant = "fedfa_code"`` runs that algorithm, to put FedFA's FedProc rows beside this
 one: l_pc = -log softmax_c(z . p_c)[y] against the initial anchors, which never change
-(the same t/T weighting, no class means uploaded). FedProc has no public code. The contrastive term here acts on the body's features (no separate
-projection head).
+(the same t/T weighting, no class means uploaded). FedProc has no public code. The
+contrastive term here acts on the body's features (no separate projection head).
 """
 from __future__ import annotations
 
@@ -159,14 +159,14 @@ class FedProc(Algorithm):
                 step(loss)
                 total += loss.detach()
                 steps += 1
-        if fedfa_code:
-            return {"model": snapshot(model), "num_samples": client.num_samples,
-                    "loss": float(total.item()) / steps if steps else 0.0}
+        update = {"model": snapshot(model), "num_samples": client.num_samples,
+                  "loss": float(total.item()) / steps if steps else 0.0}
+        if fedfa_code:  # nothing to upload for anchors that never move
+            return update
         features = client.features(model) if client.num_samples else torch.zeros(0, model.feature_dim,
                                                                                   device=client.x.device)
-        means, counts = class_means(features, client.y, client.num_classes)
-        return {"model": snapshot(model), "num_samples": client.num_samples, "class_means": means,
-                "class_counts": counts, "loss": float(total.item()) / steps if steps else 0.0}
+        update["class_means"], update["class_counts"] = class_means(features, client.y, client.num_classes)
+        return update
 
     # -- prediction ----------------------------------------------------------------------
     def shared_predictor(self, state: dict, model: SplitModel) -> nn.Module:

@@ -19,9 +19,10 @@ from ..errors import ConfigError
 @dataclass(frozen=True)
 class Param:
     """One hyperparameter: its default (whose Python type is the parameter's type: bool,
-    int, float, str, or dict for a mapping its method checks further), an optional range ``[low, high]`` (``low_open``/``high_open`` make
-    an end exclusive), optional ``choices`` (a sequence, or a function returning one, for
-    choices known only at run time, such as the installed solvers) and a short ``doc``."""
+    int, float, str, or dict for a mapping its method checks further), an optional range
+    ``[low, high]`` (``low_open``/``high_open`` make an end exclusive), optional ``choices``
+    (a sequence, or a function returning one, for choices known only at run time, such as
+    the installed solvers) and a short ``doc``."""
 
     default: Any
     low: float | None = None
