@@ -229,10 +229,25 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(make_config, tmp_path)
             "run(ExperimentConfig.from_dict(json.loads(sys.argv[1])))")
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(cfg.to_dict())])
     rundir = tmp_path / "results" / "killed"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (rundir / "checkpoint.pt").exists() and proc.poll() is None:
-        time.sleep(0.02)
-    time.sleep(0.3)
+
+    def checkpoint_version():
+        try:  # a checkpoint is written to a new file and renamed into place
+            stat = (rundir / "checkpoint.pt").stat()
+            return stat.st_ino, stat.st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    def wait_for_checkpoint_other_than(version):
+        deadline = time.time() + 120
+        while time.time() < deadline and checkpoint_version() in (None, version) and proc.poll() is None:
+            time.sleep(0.005)
+        return checkpoint_version()
+
+    # Kill half-way between the second and third checkpoints, timed by this machine's own pace.
+    first = wait_for_checkpoint_other_than(None)
+    started = time.time()
+    wait_for_checkpoint_other_than(first)
+    time.sleep((time.time() - started) / 2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (rundir / "summary.json").exists(), "the run finished before it could be killed"
