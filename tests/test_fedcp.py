@@ -216,6 +216,7 @@ def test_paper_settings():
     assert resnet.partition == {"kind": "pfllib_dirichlet", "alpha": 0.1}
     assert fedcp_config("fedphp", data_root=str(FEDCP_MNIST)).method_params == {"mmd_kernel": "fixed"}
     assert fedcp_config("fedphp", data_root=str(FEDCP_MNIST), method_params={"mmd_kernel": "adaptive"}).method_params == {"mmd_kernel": "adaptive"}
+    assert fedcp_config("fedrep", data_root=str(FEDCP_MNIST)).method_params == {"head_epochs": 1}
     assert fedcp_config("fedavg", data_root=str(FEDCP_MNIST)).method_params == {}
     with pytest.raises(ValueError):
         fedcp_config("fedcp", setting="iid")
