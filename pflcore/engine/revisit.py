@@ -63,19 +63,28 @@ def client_predictions(result: RunResult | str | Path, client_id: int, split: st
         sim.close()
 
 
-def paired_comparison(result_a: RunResult | str | Path, result_b: RunResult | str | Path) -> dict[str, float]:
+def paired_comparison(result_a: RunResult | str | Path, result_b: RunResult | str | Path) -> dict[str, float | int]:
     """Two finished runs' final predictors compared sample by sample on the same test samples
     (the runs must share dataset and partition): how many samples only A, only B classifies
     correctly, and the exact two-sided McNemar p-value of that split. At the top of a table
     one seed's pooled accuracies differ by a few samples (FedCP, Table 2: 0.07 points of
     17,508); pairing the samples keeps their common difficulty out of the comparison, which
     treating the two accuracies as independent does not."""
-    correct = [_test_correctness(r if isinstance(r, RunResult) else RunResult.load(r)) for r in (result_a, result_b)]
-    (a, labels_a), (b, labels_b) = correct
-    if len(labels_a) != len(labels_b) or not all(np.array_equal(x, y) for x, y in zip(labels_a, labels_b)):
-        raise ValueError("the two runs were not scored on the same test samples (their datasets or partitions "
-                         "differ), so they cannot be compared sample by sample.")
-    a, b = np.concatenate(a), np.concatenate(b)
+    results = [r if isinstance(r, RunResult) else RunResult.load(r) for r in (result_a, result_b)]
+    sims = [final_simulation(r) for r in results]
+    try:
+        data_a, data_b = (sim.data for sim in sims)
+        if data_a.num_clients != data_b.num_clients or not all(
+                torch.equal(data_a.test[c].x, data_b.test[c].x) and torch.equal(data_a.test[c].y, data_b.test[c].y)
+                for c in range(data_a.num_clients)):
+            raise ValueError("the two runs were not scored on the same test samples (their datasets or partitions "
+                             "differ), so they cannot be compared sample by sample.")
+        a, b = (np.concatenate([predict_correct(sim.predictor(c, r.config.rounds - 1), sim.data.test[c].x,
+                                                sim.data.test[c].y) for c in range(sim.data.num_clients)])
+                for sim, r in zip(sims, results))
+    finally:
+        for sim in sims:
+            sim.close()
     only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
     return {"samples": int(a.size), "acc_a": 100.0 * float(a.mean()), "acc_b": 100.0 * float(b.mean()),
             "only_a": only_a, "only_b": only_b, "p_value": mcnemar_exact(only_a, only_b)}
@@ -90,17 +99,6 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
         return 1.0
     tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1))
     return min(1.0, 2 * tail / 2 ** n)
-
-
-def _test_correctness(result: RunResult) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per client: whether its final predictor classifies each of its test samples
-    correctly, and the samples' labels."""
-    sim = final_simulation(result)
-    try:
-        labels = [sim.data.test[c].y.cpu().numpy() for c in range(sim.data.num_clients)]
-        return [_predictions(sim, result, c, "test") == y for c, y in enumerate(labels)], labels
-    finally:
-        sim.close()
 
 
 def _predictions(sim: Simulation, result: RunResult, client_id: int, split: str) -> np.ndarray:
