@@ -15,6 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import records
+from .project import project_path, project_root  # noqa: F401  (part of this module's API)
 from .yaml_io import read_yaml_file
 
 PRESETS = ("smoke", "paper")
@@ -33,30 +35,6 @@ class NotebookRun:
     seconds: float
     output: str | None = None
     error: str | None = None
-
-
-def project_root(start: str | Path | None = None) -> Path:
-    """The nearest folder at or above ``start`` (default: cwd) holding ``notebooks/`` and ``params/``."""
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "notebooks").is_dir() and (folder / "params").is_dir():
-            return folder
-    raise FileNotFoundError(f"no pflcore project (a folder with notebooks/ and params/) at or above {here}.")
-
-
-def project_path(path: str | Path, start: str | Path | None = None) -> Path:
-    """Where a notebook's relative output path (``results/...``, ``figures/...``) points,
-    without changing the working directory: under the project root when the kernel runs
-    inside a pflcore project (JupyterLab starts it in the notebook's folder,
-    ``pflcore notebooks`` in the project), else under the working directory (a notebook
-    copied elsewhere). Absolute paths are returned as they are."""
-    path = Path(path).expanduser()
-    if path.is_absolute():
-        return path
-    try:
-        return project_root(start) / path
-    except FileNotFoundError:
-        return Path(start or Path.cwd()).resolve() / path
 
 
 def params_path(notebook: Path, root: Path, preset: str) -> Path:
@@ -107,6 +85,7 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
         Path(namespace["figures_dir"]).mkdir(parents=True, exist_ok=True)
     where = ", ".join(f"{what} in {namespace[n]}" for n, what in (("output_dir", "results"), ("figures_dir", "figures"))
                       if n in namespace)
+    records.set_notebook(notebook, preset, train=namespace.get("train") is True)  # paper preset: records
     log(f"preset {preset!r} (params/{notebook}/{preset}.yaml)" + (f"; kept your {', '.join(kept)}" if kept else "")
         + (f": {where}" if where else ""))
     return {n: namespace.get(n) for n in chosen}

@@ -33,6 +33,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from ..atomic import atomic_write_bytes, current_umask  # noqa: F401  (re-exported)
+from .. import records
 from ..config import ExperimentConfig
 
 LOCK_NAME = ".pflcore.lock"
@@ -50,37 +52,6 @@ class ResultsInUseError(ResultsError):
 
 class ResultsConflictError(FileExistsError):
     """The results directory holds a different experiment."""
-
-
-def current_umask() -> int:
-    """This process's umask, read without changing it (Linux: /proc/self/status)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but brief)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename; the file gets the
-    permissions of any file the user creates (0666 less the umask)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~current_umask())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -138,10 +109,18 @@ class RunResult:
     acc_history: np.ndarray
     path: Path | None = None
     extras: dict = field(default_factory=dict)
+    #: every per-client array of ``clients.npz`` (``final``, ``best``, ``history``,
+    #: ``eval_rounds``, ``train_sizes``, ``test_sizes``, ``new_final``), accuracies as fractions
+    clients: dict = field(default_factory=dict)
 
     @property
     def acc_mean(self) -> float:
         return self.summary["acc_mean"]
+
+    @property
+    def record(self) -> str | None:
+        """The committed record this result was read from (None: trained or loaded from results/)."""
+        return self.extras.get("record")
 
     def curve(self, key: str = "acc_mean") -> tuple[np.ndarray, np.ndarray]:
         """(rounds, values) of a per-round metric; evaluation metrics only where evaluated."""
@@ -151,8 +130,21 @@ class RunResult:
         r, v = zip(*rows)
         return np.asarray(r), np.asarray(v, dtype=float)
 
+    def array_names(self) -> list[str]:
+        """The names of the per-round arrays the method reported."""
+        if "arrays" in self.extras:
+            return sorted(self.extras["arrays"])
+        names: set[str] = set()
+        for f in sorted((self.path / "arrays").glob("round_*.npz")) if self.path is not None else ():
+            with np.load(f) as z:
+                names.update(z.files)
+        return sorted(names)
+
     def arrays(self, name: str) -> dict[int, np.ndarray]:
-        """A per-round array the method reported (e.g. ``"weights"``), keyed by round."""
+        """A per-round array the method reported (e.g. ``"weights"``), keyed by round (from a
+        record: round 1 and the evaluated rounds)."""
+        if "arrays" in self.extras:
+            return dict(self.extras["arrays"].get(name, {}))
         if self.path is None:
             return {}
         out = {}
@@ -166,6 +158,10 @@ class RunResult:
         """The run's final server state and client states (``{"state", "client_states"}``,
         what :meth:`pflcore.engine.Simulation.restore` takes), read without executing
         anything in the file; one sentence if the run kept none."""
+        if self.record is not None:
+            raise ResultsError(f"this run was read from the record {self.record}, which keeps no model state; "
+                               "train it (PFLCORE_TRAIN=1, train = True in the notebook, or pflcore notebooks "
+                               "--train) to analyse its final models.")
         if self.path is None or not (self.path / FINAL_STATE).exists():
             raise ResultsError(f"the run in {self.path} kept no final state (runs finished before pflcore "
                                "saved one, or results never written to disk); run it again with overwrite=True "
@@ -192,12 +188,30 @@ class RunResult:
         clients = path / "clients.npz"
         try:
             with np.load(clients) as z:
-                arrays = z["final"], z["eval_rounds"], z["history"]
+                everything = {k: z[k] for k in z.files}
+                arrays = everything["final"], everything["eval_rounds"], everything["history"]
         except FileNotFoundError:
             raise
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError):
             raise _damaged(clients, "is damaged or not a pflcore clients file") from None
-        return cls(config, summary, history, *arrays, path)
+        return cls(config, summary, history, *arrays, path, clients=everything)
+
+    @classmethod
+    def from_record(cls, record: dict, config: ExperimentConfig | None = None,
+                    path: Path | None = None) -> "RunResult":
+        """The result a committed record stands for (:mod:`pflcore.records`). ``config``: the
+        caller's, whose fingerprint matched the record's; else the recorded config (built
+        without validating it against local data)."""
+        config = config if config is not None else ExperimentConfig(**record["config"])
+        clients = {k: (records.floats(v) if k in ("final", "best", "history", "new_final") else np.asarray(v))
+                   for k, v in record["clients"].items()}
+        history = [records.unrecorded(h) for h in record["history"]]
+        arrays = {name: {int(r): np.asarray(a) for r, a in by_round.items()}
+                  for name, by_round in record["arrays"].items()}
+        summary = {**records.unrecorded(record["summary"]), "provenance": record["provenance"]}
+        return cls(config, summary, history, clients["final"], clients["eval_rounds"].astype(int),
+                   clients["history"], None, extras={"record": str(path) if path else None, "arrays": arrays},
+                   clients=clients)
 
 
 def _recorded_config(path: Path) -> ExperimentConfig:

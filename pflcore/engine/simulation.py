@@ -20,7 +20,8 @@ import torch
 
 from ..algorithms import make_algorithm
 from ..algorithms.base import ADAPT, COLLECT, EVALUATE, TRAIN, Algorithm, Client, FederationInfo, ServerContext
-from ..config import ExperimentConfig
+from .. import records
+from ..config import ExperimentConfig, as_config
 from ..data.federated import FederatedData
 from ..data.partition import make_partition, subsample
 from ..data.shifts import make_shift
@@ -31,7 +32,7 @@ from .evaluation import accuracies, shared_correct, summarize
 from .executors import InProcess, WorkerPool, resolve_workers
 from .jobs import PROBE_KEY, ClientJob, ClientWorker
 from .progress import RoundProgress
-from .results import RunDirectory, RunResult
+from .results import FINAL_STATE, RunDirectory, RunResult
 from .schedule import held_out_clients, participants
 
 
@@ -270,11 +271,46 @@ class Simulation:
 
     # -- checkpointing ------------------------------------------------------------------
     def snapshot(self) -> dict:
-        return {"state": self.state, "client_states": self.client_states}
+        """The server and client states with every tensor on the CPU (the same tensors on a
+        CPU run), so a checkpoint or final state written on a GPU loads on any machine."""
+        return {"state": _on_cpu(self.state), "client_states": _on_cpu(self.client_states)}
 
     def restore(self, snap: dict) -> None:
-        self.state = snap["state"]
-        self.client_states = {int(k): v for k, v in snap["client_states"].items()}
+        """Take a snapshot's states, each tensor moved to this run's device, or to the CPU
+        where this run's initial server state keeps the same entry on the CPU (bookkeeping
+        such as FedPAC's weights): a GPU's checkpoint resumes on a CPU and the other way round."""
+        device = torch.device(self.config.device)
+        self.state = _placed(snap["state"], self.state, device)
+        self.client_states = {int(k): _placed(v, None, device) for k, v in snap["client_states"].items()}
+
+
+def _on_cpu(obj: Any, memo: dict | None = None) -> Any:
+    """``obj`` (dicts, lists, tuples of tensors and plain values) with its tensors on the CPU;
+    a tensor held in two places is copied once (``memo``), so it stays one tensor."""
+    memo = {} if memo is None else memo
+    if isinstance(obj, torch.Tensor):
+        if id(obj) not in memo:
+            memo[id(obj)] = obj.cpu()
+        return memo[id(obj)]
+    if isinstance(obj, dict):
+        return {k: _on_cpu(v, memo) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_on_cpu(v, memo) for v in obj)
+    return obj
+
+
+def _placed(obj: Any, template: Any, device: torch.device) -> Any:
+    """``obj`` with each tensor on the device of ``template``'s tensor at the same place, or
+    on ``device`` where ``template`` has none."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(template.device if isinstance(template, torch.Tensor) else device)
+    if isinstance(obj, dict):
+        return {k: _placed(v, template.get(k) if isinstance(template, dict) else None, device)
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        same = isinstance(template, (list, tuple)) and len(template) == len(obj)
+        return type(obj)(_placed(v, template[i] if same else None, device) for i, v in enumerate(obj))
+    return obj
 
 
 def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
@@ -287,12 +323,15 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
     :mod:`pflcore.flower`); its owner closes it. While it writes, the run holds its results
     directory: another process starting the same run is refused (``ResultsInUseError``).
     """
-    if isinstance(config, dict):
-        config = ExperimentConfig.from_dict(config)
-    config.validate()
+    config = as_config(config)  # a mapping is validated; anything else is one sentence (ConfigError)
     rundir = RunDirectory(config, overwrite=overwrite)  # checks where results go; writes nothing
     if rundir.finished:
-        return RunResult.load(rundir.path)
+        return _recorded(RunResult.load(rundir.path))
+    shipped = None if overwrite or records.training_forced() else records.find(config)
+    if shipped is not None:  # a committed record of exactly this config: its numbers, no training
+        record = records.read(shipped)
+        print(records.describe(record, shipped), flush=True)
+        return RunResult.from_record(record, config, shipped)
 
     data = build_data(config)
     sim = Simulation(config, data)
@@ -306,10 +345,32 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
         else:
             sim.use_workers(config.workers)
         try:
-            return _run_rounds(sim, rundir, on_round_end)
+            result = _run_rounds(sim, rundir, on_round_end)
         finally:
             if executor is None:
                 sim.close()
+    return _recorded(result)
+
+
+def _recorded(result: RunResult) -> RunResult:
+    """In a paper notebook at its ``paper`` preset (:func:`pflcore.records.set_notebook`),
+    a finished run without a committed record gets one, written now while its folder still
+    holds the final state (FedFA's global test accuracy is computed from it)."""
+    notebook = records.active_notebook()
+    if notebook is None or result.path is None or records.find(result.config) is not None:
+        return result
+    derived = {}
+    if "global_test_acc" not in result.summary and (result.path / FINAL_STATE).exists():
+        from .revisit import global_test_accuracy  # revisit builds on this module
+
+        try:
+            derived["global_test_acc"] = global_test_accuracy(result)
+        except ValueError:  # a personal predictor per client: no global model to score
+            pass
+    path = records.write(records.from_result(result, notebook, derived=derived))
+    result.summary.update(derived)
+    print(f"record written: {path}", flush=True)
+    return result
 
 
 def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None) -> RunResult:
@@ -320,14 +381,17 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
     seconds = 0.0
     start_round = 0
     ckpt = rundir.load_checkpoint()
+    stretches: list[dict] = []
     if ckpt is not None:
         sim.restore(ckpt["sim"])
         history, acc_history, eval_rounds = ckpt["history"], ckpt["acc_history"], ckpt["eval_rounds"]
         seconds, start_round = float(ckpt["seconds"]), int(ckpt["next_round"])
+        stretches = list(ckpt.get("stretches", []))
     else:
         rundir.start()
         rundir.write_partition(list(data.partition.train), list(data.partition.test))
 
+    this_stretch, stretch_start = records.stretch(start_round), seconds
     progress = _progress(range(start_round, config.rounds), config, initial=start_round)
     for r in progress:
         t0 = time.perf_counter()
@@ -355,19 +419,23 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         record["seconds"] = seconds
         history.append(record)
         if (r + 1) % config.checkpoint_every == 0 and r < config.rounds - 1:
+            done = records.end_stretch(this_stretch, r + 1, seconds - stretch_start)
             rundir.save_checkpoint({"sim": sim.snapshot(), "history": history, "acc_history": acc_history,
-                                    "eval_rounds": eval_rounds, "seconds": seconds, "next_round": r + 1})
+                                    "eval_rounds": eval_rounds, "seconds": seconds, "next_round": r + 1,
+                                    "stretches": [*stretches, done]})
             rundir.write_progress(history)
         if on_round_end is not None:
             on_round_end(r + 1, record)
 
+    stretches.append(records.end_stretch(this_stretch, config.rounds, seconds - stretch_start))
     return _result(config, history, acc_history, eval_rounds, seconds, data, rundir,
-                   getattr(sim.algorithm, "failure_counters", ()), final_state=sim.snapshot())
+                   getattr(sim.algorithm, "failure_counters", ()), final_state=sim.snapshot(), stretches=stretches)
 
 
 def _result(config: ExperimentConfig, history: list[dict], acc_history: list[list[float]],
             eval_rounds: list[int], seconds: float, data: FederatedData, rundir: RunDirectory,
-            failure_counters: Iterable[str] = (), final_state: dict | None = None) -> RunResult:
+            failure_counters: Iterable[str] = (), final_state: dict | None = None,
+            stretches: list[dict] | None = None) -> RunResult:
     accs = np.asarray(acc_history, dtype=np.float64)
     means = np.array([h["acc_mean"] for h in history if "acc_mean" in h])
     pooled = np.array([h["acc_weighted"] for h in history if "acc_weighted" in h])
@@ -399,12 +467,13 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
         warnings.warn(f"{config.method} counted failures of its own ({', '.join(failures)}), so these results "
                       f"are not those of the method as specified; summary.json in {rundir.path} records the totals.",
                       MethodFailureWarning, stacklevel=4)
-    result = RunResult(config, summary, history, accs[-1], np.asarray(eval_rounds), accs, rundir.path)
-    rundir.finish(result, {"final": accs[-1], "best": accs[best], "history": accs,
-                           "eval_rounds": np.asarray(eval_rounds), "train_sizes": data.train_sizes,
-                           "test_sizes": data.test_sizes,
-                           **({"new_final": np.asarray(new_acc, dtype=np.float64)} if new_acc is not None else {})},
-                final_state)
+    summary["provenance"] = records.provenance(config, stretches or [], seconds, config.rounds)
+    clients = {"final": accs[-1], "best": accs[best], "history": accs, "eval_rounds": np.asarray(eval_rounds),
+               "train_sizes": data.train_sizes, "test_sizes": data.test_sizes,
+               **({"new_final": np.asarray(new_acc, dtype=np.float64)} if new_acc is not None else {})}
+    result = RunResult(config, summary, history, accs[-1], np.asarray(eval_rounds), accs, rundir.path,
+                       clients=clients)
+    rundir.finish(result, clients, final_state)
     return result
 
 

@@ -1,0 +1,194 @@
+"""The seeds campaign: which paper-preset runs the reproduction report rests on, which of
+them have a committed record, and a runner that does the next one.
+
+Each entry is one run: a paper notebook at its ``paper`` preset with a few parameters
+narrowed (one method, one setting, one seed). The runner executes the notebook with
+papermill exactly as a user would (so the record's config is the notebook's own), the
+notebook writes the run's record under ``reproductions/<notebook>/``, and the runner
+notes it in ``reproductions/plan.json`` and commits both at once. Entries run cheapest
+first (``estimate_s``: seconds of rounds on this kind of 2-core machine, from earlier
+runs or, where none ran, from the round time of a similar method).
+
+    python -m pflcore.campaign status          # what exists, what remains, the seconds left
+    python -m pflcore.campaign next [--count N] [--no-commit]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import records
+from .atomic import atomic_write_bytes
+from .project import project_root
+
+PLAN = "plan.json"
+
+
+@dataclass(frozen=True)
+class Entry:
+    notebook: str
+    label: str  # what the run is, e.g. "25% pfedfda"
+    seed: int
+    parameters: dict = field(default_factory=dict, hash=False, compare=False)
+    estimate_s: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.notebook} | {self.label} | seed {self.seed}"
+
+
+def _entries() -> list[Entry]:
+    out: list[Entry] = []
+    # pFedFDA Table 1 on FMNIST-S Dir(0.5) at 25% and 100% of the training samples
+    fda = {25: {"fedpac": 232, "pfedfda": 212, "fedavg_ft": 215, "ditto": 391, "local": 200},
+           100: {"fedpac": 830, "pfedfda": 852, "fedavg_ft": 972, "ditto": 1442, "local": 800}}
+    for percent, methods in fda.items():
+        for method, estimate in methods.items():
+            for seed in (0, 1, 2):
+                out.append(Entry("pfedfda/t1_covariate_shift", f"{percent}% {method}", seed,
+                                 {"sample_percents": [percent], "methods": [method], "seed": seed}, estimate))
+    # FedFA Table 2 on Fashion-MNIST: FedAvg and FedFA under #C=2, Dir(0.1), Dir(0.5); the paper's seeds
+    fedfa = {"c2": {"fedavg": 1100, "fedfa": 1800}, "dir0.1": {"fedavg": 1300, "fedfa": 2000},
+             "dir0.5": {"fedavg": 1300, "fedfa": 1308}}
+    for setting, methods in fedfa.items():
+        for method, estimate in methods.items():
+            for seed in (2021, 2022, 2023):
+                out.append(Entry("fedfa/t2_label_skew", f"{setting} {method}", seed,
+                                 {"settings": [setting], "methods": [method], "seeds": [seed]}, estimate))
+    # FedPAC Table 1, Fashion-MNIST, 20 clients: all 15 rows
+    fedpac = {"local": 700, "fedavg": 1100, "fedavg_ft": 1150, "fedper": 1100, "lg_fedavg": 1100, "fedrep": 1200,
+              "fedbabu": 1150, "fedrod": 1300, "knn_per": 1300, "apfl": 930, "pfedme": 7300, "ditto": 2200,
+              "fedfomo": 2500, "pfedhn": 1900, "fedpac": 1740}
+    for method, estimate in fedpac.items():
+        for seed in (0, 1, 2):
+            out.append(Entry("fedpac/t1_main", method, seed, {"methods": [method], "seed": seed}, estimate))
+    # FedCP Table 2, MNIST practical (the authors' Dir(0.1) partition), 300 of the paper's 2,000 rounds
+    fedcp = {"fedavg": 2400, "fedrep": 3000, "fedrod": 3200, "ditto": 4800, "fedcp": 5200}
+    for method, estimate in fedcp.items():
+        for seed in (0, 1, 2):
+            out.append(Entry("fedcp/t2_main", method, seed, {"methods": [method], "seeds": [seed], "rounds": 300},
+                             estimate))
+    return sorted(out, key=lambda e: (e.estimate_s, e.notebook, e.label, e.seed))
+
+
+#: Every run of the campaign, cheapest first.
+CAMPAIGN: list[Entry] = _entries()
+
+
+def plan_path(root: Path | None = None) -> Path:
+    return (root or project_root()) / records.RECORDS_FOLDER / PLAN
+
+
+def read_plan(root: Path | None = None) -> dict:
+    """``reproductions/plan.json``: for each entry, its estimate and the records it produced."""
+    path = plan_path(root)
+    return json.loads(path.read_text()) if path.exists() else {"runs": []}
+
+
+def current_plan(root: Path | None = None) -> dict:
+    """The plan as it stands: every campaign entry with its records (those noted before)."""
+    done = {r["key"]: r.get("records", []) for r in read_plan(root).get("runs", [])}
+    runs = [{"key": e.key, "notebook": e.notebook, "label": e.label, "seed": e.seed, "parameters": e.parameters,
+             "estimate_s": e.estimate_s, "records": done.get(e.key, [])} for e in CAMPAIGN]
+    remaining = [r for r in runs if not r["records"]]
+    return {"about": "The seeds campaign (python -m pflcore.campaign): one entry per run, cheapest first; "
+                     "'records' lists the committed records an entry produced, empty while it remains.",
+            "done": len(runs) - len(remaining), "remaining": len(remaining),
+            "remaining_estimate_s": sum(r["estimate_s"] for r in remaining), "runs": runs}
+
+
+def write_plan(plan: dict, root: Path | None = None) -> Path:
+    path = plan_path(root)
+    atomic_write_bytes(path, (json.dumps(plan, indent=1) + "\n").encode())
+    return path
+
+
+def run_entry(entry: Entry, root: Path, out: Path) -> list[str]:
+    """Execute the entry's notebook at the paper preset; returns the records it wrote
+    (paths relative to the project)."""
+    from .notebooks import run_notebooks
+
+    folder = root / records.RECORDS_FOLDER / entry.notebook
+    before = set(folder.glob("*.json")) if folder.is_dir() else set()
+    overrides = {**entry.parameters, "quiet": True,
+                 "figures_dir": str(out / "figures" / entry.notebook)}  # the committed figures stay as they are
+    [result] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{entry.notebook}.ipynb"], root=root,
+                             overrides=overrides)
+    if result.status != "ok":
+        raise RuntimeError(f"{entry.key}: the notebook failed ({result.error}); executed copy in {result.output}")
+    after = set(folder.glob("*.json")) if folder.is_dir() else set()
+    return sorted(str(p.relative_to(root)) for p in after - before)
+
+
+def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, log=print) -> None:
+    root = root or project_root()
+    out = root / "outputs" / "campaign"
+    for _ in range(count):
+        plan = current_plan(root)
+        todo = [r for r in plan["runs"] if not r["records"]]
+        if not todo:
+            log("campaign: every entry has its record.")
+            return
+        entry = next(e for e in CAMPAIGN if e.key == todo[0]["key"])
+        log(f"campaign: {entry.key} (estimate {entry.estimate_s:.0f} s; {len(todo) - 1} more after it)", flush=True)
+        t0 = time.time()
+        written = run_entry(entry, root, out)
+        if not written:  # a record of this config existed already (e.g. written by hand): find it
+            written = _existing(entry, root)
+        plan = current_plan(root)
+        for r in plan["runs"]:
+            if r["key"] == entry.key:
+                r["records"] = written
+        plan.update(current_plan_counts(plan))
+        path = write_plan(plan, root)
+        log(f"campaign: {entry.key} done in {time.time() - t0:.0f} s -> {', '.join(written) or 'no record'}",
+            flush=True)
+        if commit and written:
+            files = [*written, str(path.relative_to(root))]
+            subprocess.run(["git", "add", "--", *files], cwd=root, check=True)
+            subprocess.run(["git", "commit", "-q", "-m", f"Record: {entry.key}", "--", *files], cwd=root, check=True)
+
+
+def current_plan_counts(plan: dict) -> dict:
+    remaining = [r for r in plan["runs"] if not r["records"]]
+    return {"done": len(plan["runs"]) - len(remaining), "remaining": len(remaining),
+            "remaining_estimate_s": sum(r["estimate_s"] for r in remaining)}
+
+
+def _existing(entry: Entry, root: Path) -> list[str]:
+    folder = root / records.RECORDS_FOLDER / entry.notebook
+    found = []
+    for path, record in records.all_records(folder):
+        method = entry.parameters.get("methods", [None])[0]
+        if record["seed"] == entry.seed and record["config"]["method"] == method:
+            found.append(str(path.relative_to(root)))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pflcore.campaign", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("status", help="what exists and what remains")
+    nxt = sub.add_parser("next", help="run the next entries, cheapest first, and commit their records")
+    nxt.add_argument("--count", type=int, default=1)
+    nxt.add_argument("--no-commit", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        plan = current_plan()
+        print(f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
+              f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine.")
+        for r in plan["runs"]:
+            print(f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}")
+        return 0
+    next_runs(args.count, commit=not args.no_commit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""Run records: the committed evidence behind every number pflcore reports.
+
+A record is one small JSON file per (config, seed), written when a paper-preset run
+finishes and committed under ``reproductions/<paper>/<notebook>/``. It holds what a reader
+needs to check a number without the run's folder: the config and its fingerprint, the
+provenance (pflcore's version and git commit, whether the tree was dirty, Python, torch
+and numpy, the device, CPU model and cores, the workers setting, start and end of each
+stretch of rounds, seconds per round, the machine's load), the per-round metrics, the
+per-client final and best accuracies, the summary (final and best round: mean, std,
+weighted), and the per-round arrays a notebook's figures draw (kept at round 1 and at
+every evaluated round). No model state is kept.
+
+The format is described field by field in ``reproductions/SCHEMA.md`` and carries
+:data:`SCHEMA_VERSION`; a record of another version or of another program is refused with
+one sentence naming the file. Records are written atomically and validated when read.
+
+A paper notebook at its ``paper`` preset calls :func:`pflcore.engine.run` as usual; when
+a record of that exact config exists, ``run`` returns it instead of training (and prints
+where it comes from), unless training is forced (``PFLCORE_TRAIN=1``, the notebook's
+``train = True``, or ``pflcore notebooks --train``). :func:`compare` sets a user's own run
+beside the shipped record, metric by metric.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from . import __version__
+from .atomic import atomic_write_bytes
+from .project import project_root
+
+SCHEMA = "pflcore-run-record"
+SCHEMA_VERSION = 1
+RECORDS_FOLDER = "reproductions"
+TRAIN_ENV = "PFLCORE_TRAIN"  # "1": train even where a record exists
+MAX_RECORD_BYTES = 8 * 2**20  # a record is small; a larger file is not one of ours
+
+#: Fields every record has, with their JSON types (validated on read).
+REQUIRED = {"schema": str, "schema_version": int, "notebook": (str, type(None)), "fingerprint": str,
+            "seed": int, "config": dict, "provenance": dict, "summary": dict, "history": list,
+            "clients": dict, "arrays": dict, "notes": list}
+CLIENT_ARRAYS = ("final", "best", "history", "eval_rounds", "train_sizes", "test_sizes", "new_final")
+
+
+class RecordError(ValueError):
+    """A record cannot be used; the message is one sentence naming the file."""
+
+
+# ---------------------------------------------------------------------- provenance
+def git_state(start: Path | None = None) -> dict:
+    """The git commit of the code that runs (the checkout pflcore is imported from) and
+    whether its tracked files have uncommitted changes; ``None`` where there is no git."""
+    where = Path(start or Path(__file__).resolve().parent)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                capture_output=True, text=True, timeout=10)
+        dirty = bool(status.stdout.strip()) if status.returncode == 0 and commit else None
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: str = "cpu", workers: Any = 0) -> dict:
+    """Where and with what a run executes (the provenance fields besides its timing)."""
+    import torch
+
+    env = {"pflcore_version": __version__, **git_state(), "python": platform.python_version(),
+           "torch": torch.__version__, "numpy": np.__version__, "device": str(device),
+           "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "workers": workers,
+           "platform": platform.platform()}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        env["cuda"] = torch.version.cuda
+    return env
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def stretch(first_round: int) -> dict:
+    """The start of one stretch of rounds in one process (a run resumed from a checkpoint
+    has several); :func:`end_stretch` completes it."""
+    return {"started": now(), "first_round": first_round + 1, "load_at_start": load_average(), **git_state()}
+
+
+def end_stretch(entry: dict, last_round: int, seconds: float) -> dict:
+    return {**entry, "ended": now(), "last_round": last_round, "seconds": round(seconds, 3),
+            "load_at_end": load_average()}
+
+
+def provenance(config: Any, stretches: list[dict], seconds: float, rounds: int) -> dict:
+    """The provenance block of a finished run's ``summary.json`` and of its record."""
+    env = environment(config.device, config.workers)
+    return {**env, "started": stretches[0]["started"] if stretches else None,
+            "finished": now(), "seconds": seconds, "seconds_per_round": seconds / max(rounds, 1),
+            "stretches": stretches}
+
+
+# ---------------------------------------------------------------------- where records live
+def records_root(start: str | Path | None = None) -> Path | None:
+    """``reproductions/`` of the pflcore project at or above ``start`` (the working
+    directory by default), or ``None`` outside a project."""
+    try:
+        return project_root(start) / RECORDS_FOLDER
+    except FileNotFoundError:
+        return None
+
+
+def record_name(config: Any) -> str:
+    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{config.method}-{config.dataset}")
+    return f"{label}-seed{config.seed}-{config.fingerprint()}.json"
+
+
+def find(config: Any, root: str | Path | None = None) -> Path | None:
+    """The committed record of exactly this config (by fingerprint), or ``None``."""
+    root = Path(root) if root is not None else records_root()
+    if root is None or not root.is_dir():
+        return None
+    matches = sorted(root.rglob(f"*-{config.fingerprint()}.json"))
+    return matches[0] if matches else None
+
+
+# ---------------------------------------------------------------------- the record context
+@dataclass
+class _Context:
+    notebook: str | None = None  # "fedpac/t1_main": records of this notebook's runs are written
+    train: bool = False  # train even where a record exists
+
+
+_context = _Context()
+
+
+def set_notebook(notebook: str | None, preset: str, train: bool = False) -> None:
+    """Called by :func:`pflcore.notebooks.use_preset`: at the ``paper`` preset, runs of
+    ``notebook`` read their records and write one when they finish."""
+    _context.notebook = notebook if preset == "paper" else None
+    _context.train = bool(train)
+
+
+def active_notebook() -> str | None:
+    return _context.notebook
+
+
+def training_forced() -> bool:
+    return _context.train or os.environ.get(TRAIN_ENV, "") not in ("", "0")
+
+
+@contextmanager
+def recording(notebook: str | None, train: bool = False) -> Iterator[None]:
+    """Runs inside the block read and write records as ``notebook``'s paper preset would."""
+    saved = (_context.notebook, _context.train)
+    _context.notebook, _context.train = notebook, train
+    try:
+        yield
+    finally:
+        _context.notebook, _context.train = saved
+
+
+# ---------------------------------------------------------------------- writing
+def _exact(value: Any) -> Any:
+    """JSON for numbers that must read back bit for bit (floats keep repr's 17 digits; NaN
+    and infinities as null / strings are not JSON, so NaN becomes None)."""
+    if isinstance(value, dict):
+        return {str(k): _exact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_exact(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _exact(value.tolist())
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
+def _compact(array: np.ndarray) -> Any:
+    """A figure's array: 7 significant digits are plenty to draw it."""
+    arr = np.asarray(array)
+    if arr.dtype.kind == "f":
+        return _exact(np.vectorize(lambda x: float(f"{x:.7g}"), otypes=[float])(arr)) if arr.size else []
+    return _exact(arr)
+
+
+def from_result(result: Any, notebook: str | None, notes: list[str] | None = None,
+                derived: Mapping[str, float] | None = None, kept_rounds: set[int] | None = None) -> dict:
+    """The record of a finished run (a :class:`pflcore.engine.RunResult`)."""
+    config = result.config
+    summary = dict(result.summary)
+    prov = summary.pop("provenance", None) or {"note": "run finished before pflcore recorded provenance"}
+    summary.update(derived or {})
+    clients = {k: _exact(np.asarray(v)) for k, v in result.clients.items() if k in CLIENT_ARRAYS}
+    evals = {int(r) for r in np.asarray(result.eval_rounds).tolist()}
+    keep = kept_rounds if kept_rounds is not None else (evals | {1})
+    arrays: dict[str, dict[str, Any]] = {}
+    for name in result.array_names():
+        arrays[name] = {str(r): _compact(a) for r, a in sorted(result.arrays(name).items()) if r in keep}
+    cfg = config.to_dict()
+    for key in ("output_dir", "data_root"):  # machine-specific paths: relative to the project where possible
+        if isinstance(cfg.get(key), str):
+            cfg[key] = _relative(cfg[key])
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "notebook": notebook,
+            "fingerprint": config.fingerprint(), "seed": int(config.seed), "config": _exact(cfg),
+            "provenance": _exact(prov), "summary": _exact(summary), "history": _exact(result.history),
+            "clients": clients, "arrays": arrays, "notes": list(notes or [])}
+
+
+def _relative(path: str) -> str:
+    try:
+        root = project_root()
+        return os.path.relpath(Path(path).resolve(), root) if Path(path).is_absolute() else path
+    except (FileNotFoundError, ValueError):
+        return path
+
+
+def write(record: dict, root: str | Path | None = None) -> Path:
+    """Write ``record`` atomically to ``<root>/<notebook>/<name>.json`` (root: the project's
+    ``reproductions/``); returns the path."""
+    validate(record, Path("<new record>"))
+    root = Path(root) if root is not None else records_root()
+    if root is None:
+        raise RecordError("records live in reproductions/ of a pflcore project, and the working directory is not "
+                          "inside one; pass root=.")
+    folder = root / (record["notebook"] or "unfiled")
+    config = record["config"]
+    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{config['method']}-{config['dataset']}")
+    path = folder / f"{label}-seed{record['seed']}-{record['fingerprint']}.json"
+    text = json.dumps(record, indent=None, separators=(",", ":"), sort_keys=False, allow_nan=False)
+    atomic_write_bytes(path, (text + "\n").encode())
+    return path
+
+
+# ---------------------------------------------------------------------- reading
+def read(path: str | Path) -> dict:
+    """A record, validated; one sentence naming the file if it is not a record this pflcore reads."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            raise RecordError(f"{path} is {path.stat().st_size} bytes, larger than any pflcore run record "
+                              f"({MAX_RECORD_BYTES} at most); it is not one.")
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RecordError(f"{path} is not a pflcore run record (not valid JSON).") from None
+    validate(record, path)
+    return record
+
+
+def validate(record: Any, path: Path) -> None:
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise RecordError(f"{path} is not a pflcore run record (no 'schema': {SCHEMA!r}).")
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise RecordError(f"{path} is a run record of schema version {version!r}, and this pflcore reads version "
+                          f"{SCHEMA_VERSION}; rerun it or read it with the pflcore that wrote it.")
+    for key, kind in REQUIRED.items():
+        if not isinstance(record.get(key), kind):
+            raise RecordError(f"{path} is a damaged run record: field {key!r} is missing or not a "
+                              f"{getattr(kind, '__name__', 'valid value')}.")
+    for key in ("acc_mean", "acc_std", "acc_weighted", "best_acc_mean", "best_round", "rounds", "seconds"):
+        if key not in record["summary"]:
+            raise RecordError(f"{path} is a damaged run record: its summary has no {key!r}.")
+    for key in ("final", "history", "eval_rounds"):
+        if key not in record["clients"]:
+            raise RecordError(f"{path} is a damaged run record: its clients have no {key!r}.")
+
+
+def floats(values: Any) -> np.ndarray:
+    """A recorded list (or list of lists) of numbers as float64, None read as NaN."""
+    return np.asarray([[np.nan if v is None else v for v in row] if isinstance(row, list)
+                       else (np.nan if row is None else row) for row in values], dtype=np.float64)
+
+
+def unrecorded(value: Any) -> Any:
+    """None (how a record writes NaN) back to NaN, in a flat mapping's values."""
+    return {k: (float("nan") if v is None else v) for k, v in value.items()}
+
+
+def describe(record: dict, path: Path) -> str:
+    """One line: where a number comes from."""
+    p = record["provenance"]
+    commit = (p.get("git_commit") or "unknown")[:10] + (" (uncommitted changes)" if p.get("git_dirty") else "")
+    when = (p.get("finished") or "unknown date")[:10]
+    where = f"{p.get('cpu_model', 'unknown CPU')}, {p.get('cpu_count', '?')} cores"
+    if str(p.get("device", "cpu")).startswith("cuda"):
+        where = f"{p.get('gpu', p.get('device'))}"
+    seconds = record["summary"].get("seconds")
+    spent = f"{seconds:,.0f} s of rounds" if isinstance(seconds, (int, float)) else "time unknown"
+    try:
+        shown = path.relative_to(Path.cwd())
+    except ValueError:
+        shown = path
+    return (f"{record['config']['method']} seed {record['seed']}: from the record {shown} "
+            f"(pflcore {commit}, {when}, {where}, {spent})")
+
+
+def all_records(root: str | Path | None = None) -> list[tuple[Path, dict]]:
+    """Every record under ``root`` (the project's ``reproductions/``), validated."""
+    root = Path(root) if root is not None else records_root()
+    if root is None or not root.is_dir():
+        return []
+    return [(p, read(p)) for p in sorted(root.rglob("*.json")) if p.name != "plan.json"]
+
+
+# ---------------------------------------------------------------------- comparing
+COMPARED = ("acc_mean", "acc_std", "acc_weighted", "best_acc_mean", "best_round", "best_acc_weighted",
+            "final_train_loss")
+
+
+def compare(result: Any, record: dict | str | Path) -> dict:
+    """A user's run beside the shipped record of the same config: per summary metric ours,
+    the record's and the difference; ``identical`` when every per-round metric and every
+    per-client accuracy is equal bit for bit."""
+    if not isinstance(record, dict):
+        record = read(record)
+    if result.config.fingerprint() != record["fingerprint"]:
+        raise RecordError(f"the run's config (fingerprint {result.config.fingerprint()}) is not the record's "
+                          f"({record['fingerprint']}); compare a run with the record of its own config.")
+    rows = {}
+    for key in COMPARED:
+        ours, theirs = result.summary.get(key), record["summary"].get(key)
+        if ours is None or theirs is None:
+            continue
+        rows[key] = {"ours": ours, "record": theirs, "diff": float(ours) - float(theirs)}
+    same_history = _json_equal(_exact(_numbers_only(result.history)), _numbers_only(record["history"]))
+    same_clients = all(np.array_equal(np.asarray(result.clients[k], dtype=float), floats(record["clients"][k]),
+                                      equal_nan=True)
+                       for k in ("final", "best", "history") if k in record["clients"] and k in result.clients)
+    return {"identical": bool(same_history and same_clients), "metrics": rows}
+
+
+def _numbers_only(history: list[dict]) -> list[dict]:
+    """The per-round metrics without timings (seconds differ between any two runs)."""
+    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def folder_size(root: str | Path | None = None) -> int:
+    root = Path(root) if root is not None else records_root()
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root and root.is_dir() else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `pflcore record` or pflcore.records from Python")

@@ -1,0 +1,131 @@
+"""Run records (pflcore.records): written when a paper-preset run finishes, read instead of
+training, refused in one sentence when foreign or of another schema version, and a user's
+own run of the same config equal to the record bit for bit."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pflcore import records
+from pflcore.engine import RunResult, run
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """An empty pflcore project (notebooks/ and params/) as the working directory."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(records.TRAIN_ENV, raising=False)
+    return tmp_path
+
+
+def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, make_config):
+    config = make_config(method="fedpac", rounds=2)
+    with records.recording("paper_x/t1"):
+        result = run(config)
+    [path] = list((project / "reproductions" / "paper_x" / "t1").glob("*.json"))
+    assert path.name.endswith(f"-seed7-{config.fingerprint()}.json")
+    record = records.read(path)
+    assert record["schema_version"] == records.SCHEMA_VERSION and record["fingerprint"] == config.fingerprint()
+    prov = record["provenance"]
+    for key in ("pflcore_version", "git_commit", "git_dirty", "python", "torch", "numpy", "device", "cpu_model",
+                "cpu_count", "workers", "started", "finished", "seconds_per_round", "stretches"):
+        assert key in prov, key
+    assert prov["stretches"][0]["first_round"] == 1 and prov["stretches"][-1]["last_round"] == 2
+    assert record["summary"]["acc_mean"] == result.summary["acc_mean"]
+    assert {"best_acc_mean", "best_round", "best_acc_weighted"} <= set(record["summary"])
+    assert len(record["history"]) == 2 and len(record["clients"]["final"]) == 4
+    # FedPAC's combination weights: the per-round arrays a figure draws (round 1 and evaluated rounds)
+    assert set(record["arrays"]) and all(set(rounds) <= {"1", "2"} for rounds in record["arrays"].values())
+    # summary.json of the run carries the same provenance
+    summary = json.loads((result.path / "summary.json").read_text())
+    assert summary["provenance"]["git_commit"] == prov["git_commit"]
+
+
+def test_a_recorded_config_is_read_not_trained_and_forcing_trains_the_same_numbers(project, make_config, capsys):
+    config = make_config(rounds=2)
+    with records.recording("paper_x/t1"):
+        first = run(config)
+    elsewhere = make_config(rounds=2, output_dir=str(project / "other"))  # no finished results there
+    assert elsewhere.fingerprint() == config.fingerprint()
+    with records.recording("paper_x/t1"):
+        shipped = run(elsewhere)
+    assert shipped.record is not None and shipped.path is None
+    assert "from the record" in capsys.readouterr().out
+    assert not (project / "other").exists()  # nothing trained, nothing written
+    np.testing.assert_array_equal(shipped.acc_history, first.acc_history)
+    assert shipped.summary["acc_mean"] == first.summary["acc_mean"]
+    # forcing training: same code, same seed, on CPU, the same numbers bit for bit
+    with records.recording("paper_x/t1", train=True):
+        own = run(elsewhere)
+    assert own.record is None and own.path is not None
+    comparison = records.compare(own, records.read(records.find(config)))
+    assert comparison["identical"]
+    assert all(row["diff"] == 0 for row in comparison["metrics"].values())
+
+
+def test_compare_shows_the_difference_per_metric(project, make_config):
+    config = make_config(rounds=2)
+    with records.recording("paper_x/t1"):
+        result = run(config)
+    record = records.read(records.find(config))
+    record["summary"]["acc_mean"] += 1.5
+    record["history"][0]["train_loss"] += 1e-9
+    comparison = records.compare(result, record)
+    assert not comparison["identical"]
+    assert comparison["metrics"]["acc_mean"]["diff"] == pytest.approx(-1.5)
+    with pytest.raises(records.RecordError, match="not the record's"):
+        records.compare(run(make_config(rounds=2, seed=3)), record)
+
+
+def test_arrays_of_a_record_read_back_for_figures(project, make_config):
+    config = make_config(method="fedpac", rounds=3, eval_every=2)
+    with records.recording("paper_x/c1"):
+        trained = run(config)
+    loaded = RunResult.from_record(records.read(records.find(config)))
+    name = trained.array_names()[0]
+    assert sorted(loaded.arrays(name)) == [1, 2, 3]  # round 1 and the evaluated rounds 2 and 3
+    np.testing.assert_allclose(loaded.arrays(name)[2], trained.arrays(name)[2], rtol=1e-6)
+    with pytest.raises(ValueError, match="keeps no model state"):
+        RunResult.from_record(records.read(records.find(config)), path=Path("x.json")).final_state()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.update(schema_version=0), "schema version 0"),
+    (lambda r: r.update(schema="something-else"), "not a pflcore run record"),
+    (lambda r: r.pop("history"), "field 'history'"),
+    (lambda r: r["summary"].pop("acc_mean"), "no 'acc_mean'"),
+])
+def test_an_older_foreign_or_damaged_record_is_refused_naming_the_file(project, make_config, change, message):
+    config = make_config(rounds=2)
+    with records.recording("paper_x/t1"):
+        run(config)
+    path = records.find(config)
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(records.RecordError, match=message) as info:
+        records.read(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    path.write_text("{not json")
+    with pytest.raises(records.RecordError, match="not valid JSON"):
+        records.read(path)
+
+
+def test_outside_the_paper_preset_nothing_is_recorded(project, make_config):
+    run(make_config(rounds=2))
+    assert not (project / "reproductions").exists()
+
+
+def test_the_shipped_records_are_valid_and_small():
+    """Every committed record reads (schema, version, fields) and the folder stays small."""
+    root = Path(__file__).resolve().parents[1] / "reproductions"
+    found = records.all_records(root)
+    for path, record in found:
+        assert record["notebook"] and path.parent.relative_to(root).as_posix() == record["notebook"]
+        assert path.name.endswith(f"-seed{record['seed']}-{record['fingerprint']}.json")
+    assert records.folder_size(root) < 50 * 2**20
