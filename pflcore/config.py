@@ -309,3 +309,18 @@ def _is_int(value: Any) -> bool:
 def _is_number(value: Any) -> bool:
     """A finite int or float (not a bool): NaN and infinity are never allowed."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def as_config(config: Any) -> ExperimentConfig:
+    """A validated config from an :class:`ExperimentConfig` or a mapping of its fields; any
+    other value (a list, None, a file path) is one sentence saying what to pass instead."""
+    if isinstance(config, ExperimentConfig):
+        config.validate()
+        return config
+    if isinstance(config, Mapping):
+        return ExperimentConfig.from_dict(config)
+    if isinstance(config, (str, Path)):
+        raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields, not the text "
+                          f"{str(config)[:60]!r}; for a YAML file pass ExperimentConfig.from_yaml(path).")
+    raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields (field: value), not "
+                      f"{'None' if config is None else 'a value of type ' + type(config).__name__}.")
