@@ -126,11 +126,17 @@ def run_entry(entry: Entry, root: Path, out: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in after - before)
 
 
-def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, log=print) -> None:
+def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, home: Path | None = None,
+              log=print) -> None:
+    """Run the next ``count`` entries in the project ``root`` (the working directory's);
+    their records and the plan go to ``home`` (default: ``root``) and are committed there.
+    A separate checkout as ``root`` keeps the code of a long campaign fixed (and its records'
+    commit clean) while work goes on in ``home``."""
     root = root or project_root()
+    home = home or root
     out = root / "outputs" / "campaign"
     for _ in range(count):
-        plan = current_plan(root)
+        plan = current_plan(home)
         todo = [r for r in plan["runs"] if not r["records"]]
         if not todo:
             log("campaign: every entry has its record.")
@@ -141,18 +147,30 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, log
         written = run_entry(entry, root, out)
         if not written:  # a record of this config existed already (e.g. written by hand): find it
             written = _existing(entry, root)
-        plan = current_plan(root)
+        if home != root:
+            for rel in written:
+                (home / rel).parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(home / rel, (root / rel).read_bytes())
+        plan = current_plan(home)
         for r in plan["runs"]:
             if r["key"] == entry.key:
                 r["records"] = written
         plan.update(current_plan_counts(plan))
-        path = write_plan(plan, root)
+        path = write_plan(plan, home)
         log(f"campaign: {entry.key} done in {time.time() - t0:.0f} s -> {', '.join(written) or 'no record'}",
             flush=True)
         if commit and written:
-            files = [*written, str(path.relative_to(root))]
-            subprocess.run(["git", "add", "--", *files], cwd=root, check=True)
-            subprocess.run(["git", "commit", "-q", "-m", f"Record: {entry.key}", "--", *files], cwd=root, check=True)
+            files = [*written, str(path.relative_to(home))]
+            for attempt in range(30):  # another commit in progress holds git's index lock: wait for it
+                added = subprocess.run(["git", "add", "--", *files], cwd=home, capture_output=True, text=True)
+                done = added.returncode == 0 and subprocess.run(
+                    ["git", "commit", "-q", "-m", f"Record: {entry.key}", "--", *files], cwd=home,
+                    capture_output=True, text=True).returncode == 0
+                if done:
+                    break
+                time.sleep(2)
+            else:
+                log(f"campaign: could not commit {', '.join(files)} in {home}; commit them by hand.")
 
 
 def current_plan_counts(plan: dict) -> dict:
@@ -178,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     nxt = sub.add_parser("next", help="run the next entries, cheapest first, and commit their records")
     nxt.add_argument("--count", type=int, default=1)
     nxt.add_argument("--no-commit", action="store_true")
+    nxt.add_argument("--home", type=Path, help="project whose reproductions/ receives the records (default: this one)")
     args = parser.parse_args(argv)
     if args.command == "status":
         plan = current_plan()
@@ -186,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in plan["runs"]:
             print(f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}")
         return 0
-    next_runs(args.count, commit=not args.no_commit)
+    next_runs(args.count, commit=not args.no_commit, home=args.home.resolve() if args.home else None)
     return 0
 
 
