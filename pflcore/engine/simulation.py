@@ -30,7 +30,7 @@ from ..models import SplitModel, build_model
 from ..training import EVAL_KEY, INIT_KEY, SERVER_KEY, TrainSettings, derive_seed, generator_for
 from .evaluation import accuracies, shared_correct, summarize
 from .executors import InProcess, WorkerPool, resolve_workers
-from .jobs import PROBE_KEY, ClientJob, ClientWorker
+from .jobs import JOB_KINDS, PROBE_KEY, ClientJob, ClientWorker
 from .progress import RoundProgress
 from .results import FINAL_STATE, RunDirectory, RunResult
 from .schedule import held_out_clients, participants
@@ -133,16 +133,7 @@ class Simulation:
         ``clients`` replaces the schedule's participants (benchmarks, custom schedules)."""
         ids = [int(c) for c in (self.participants(round_index) if clients is None else clients)]
         received = self._received_head() if self.worker.probe is not None else None
-        jobs = [ClientJob(TRAIN, cid, round_index, self.algorithm.payload(self.state, cid, TRAIN),
-                          self.client_states.get(cid, {})) for cid in ids]
-        updates, failed = {}, {}
-        for job, result in zip(jobs, self.executor.run(jobs)):
-            if result.failed:
-                failed[job.client_id] = result.error
-                continue
-            updates[job.client_id] = result.output
-            if result.state:
-                self.client_states[job.client_id] = result.state
+        updates, failed = self.dispatch(TRAIN, ids, round_index)
         # With local_epochs = 0 no training step ran, so there is no training loss to report.
         losses = [float(u["loss"]) for u in updates.values() if "loss" in u] if self.config.local_epochs > 0 else []
         record: dict[str, Any] = {"round": round_index + 1, "participants": ids,
@@ -188,17 +179,10 @@ class Simulation:
     def collect(self, round_index: int, record: dict) -> None:
         """The collect phase: every training client with training data computes the method's
         statistics; the method folds the answers into the server state."""
-        jobs = [ClientJob(COLLECT, cid, round_index, self.algorithm.payload(self.state, cid, COLLECT),
-                          self.client_states.get(cid, {}))
-                for cid in self.training_clients().tolist() if self.data.train_sizes[cid] > 0]
-        collected, failed = {}, {}
-        for job, result in zip(jobs, self.executor.run(jobs)):
-            if result.failed:
-                failed[str(job.client_id)] = result.error
-            else:
-                collected[job.client_id] = result.output
+        ids = [cid for cid in self.training_clients().tolist() if self.data.train_sizes[cid] > 0]
+        collected, failed = self.dispatch(COLLECT, ids, round_index)
         if failed:
-            record["collect_failed"] = failed
+            record["collect_failed"] = {str(cid): error for cid, error in failed.items()}
         if collected:
             self.state = self.algorithm.absorb(self.state, collected, self.server_context(round_index, phase=1))
 
@@ -236,28 +220,48 @@ class Simulation:
             acc = accuracies(shared_correct(shared, self.data), sizes)
             acc[self.new_clients] = np.nan
             return acc
-        scored = self.training_clients()
-        jobs = [ClientJob(EVALUATE, cid, round_index, self.algorithm.payload(self.state, cid, EVALUATE),
-                          self.client_states.get(cid, {})) for cid in scored.tolist() if sizes[cid] > 0]
-        correct = np.full(self.data.num_clients, np.nan)
-        for job, result in zip(jobs, self.executor.run(jobs)):
-            correct[job.client_id] = np.nan if result.failed else result.output
-        return accuracies(correct, sizes)  # a client that failed to evaluate counts as NaN
+        return self._scored(EVALUATE, self.training_clients(), round_index)
 
     def evaluate_new_clients(self, round_index: int) -> np.ndarray:
         """New-client generalisation (pFedFDA section 5, Table 4): every held-out client
         adapts as its method prescribes (:meth:`Algorithm.adapt`: fine-tuning, statistics,
         beta) from what the server would send it now, then its predictor is scored on its
         test split. Per-client accuracy, NaN for the training clients."""
-        sizes = self.data.test_sizes
-        jobs = [ClientJob(ADAPT, cid, round_index,
-                          {TRAIN: self.algorithm.payload(self.state, cid, TRAIN),
-                           EVALUATE: self.algorithm.payload(self.state, cid, EVALUATE)},
-                          self.client_states.get(cid, {}))
-                for cid in self.new_clients.tolist() if sizes[cid] > 0]
-        correct = np.full(self.data.num_clients, np.nan)
+        return self._scored(ADAPT, self.new_clients, round_index)
+
+    def dispatch(self, kind: str, ids: Iterable[int], round_index: int) -> tuple[dict[int, Any], dict[int, str]]:
+        """Run one ``kind`` job per client of ``ids`` (in that order) through the executor:
+        ``(outputs, errors)`` keyed by client id, outputs in job order. A job kind that keeps
+        state stores the personal state that comes back; a failed client keeps its old one."""
+        jobs = [ClientJob(kind, cid, round_index, self._payload(kind, cid), self.client_states.get(cid, {}))
+                for cid in ids]
+        keeps_state = JOB_KINDS[kind].keeps_state
+        outputs, errors = {}, {}
         for job, result in zip(jobs, self.executor.run(jobs)):
-            correct[job.client_id] = np.nan if result.failed else result.output
+            if result.failed:
+                errors[job.client_id] = result.error
+                continue
+            outputs[job.client_id] = result.output
+            if keeps_state and result.state:
+                self.client_states[job.client_id] = result.state
+        return outputs, errors
+
+    def _payload(self, kind: str, cid: int) -> Any:
+        """What client ``cid`` gets for a ``kind`` job (an adapting new client: both the train
+        and the evaluate payloads)."""
+        if kind == ADAPT:
+            return {TRAIN: self.algorithm.payload(self.state, cid, TRAIN),
+                    EVALUATE: self.algorithm.payload(self.state, cid, EVALUATE)}
+        return self.algorithm.payload(self.state, cid, kind)
+
+    def _scored(self, kind: str, clients: np.ndarray, round_index: int) -> np.ndarray:
+        """Per-client accuracy from ``kind`` jobs that count correct test predictions; NaN for
+        the other clients and for a client that failed (or has no test data)."""
+        sizes = self.data.test_sizes
+        correct = np.full(self.data.num_clients, np.nan)
+        counts, _ = self.dispatch(kind, [cid for cid in clients.tolist() if sizes[cid] > 0], round_index)
+        for cid, count in counts.items():
+            correct[cid] = count
         return accuracies(correct, sizes)
 
     def use_workers(self, workers: int | str) -> None:
