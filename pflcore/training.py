@@ -93,6 +93,63 @@ def shuffled_batches(x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: 
             yield xs[start:start + batch_size], ys[start:start + batch_size]
 
 
+@dataclass(frozen=True)
+class Batch:
+    """One step of :func:`client_loop`: the inputs and labels, the samples' positions in the
+    client's data (``index``), the epoch (0-based), the step over the whole call (0-based)
+    and where the batch starts in its epoch's order (``start``: 0 opens an epoch).
+    ``precision()`` is the forward context of the run's precision."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    index: torch.Tensor
+    epoch: int
+    step: int
+    start: int
+    precision: Callable[[], ContextManager]
+
+
+#: A method's step: the SGD step(s) on one batch; it returns the loss to report (``None``:
+#: the batch was skipped and counts for nothing).
+StepFn = Callable[[Batch], "torch.Tensor | None"]
+
+
+def client_loop(x: torch.Tensor, y: torch.Tensor, step: StepFn, *, epochs: int, batch_size: int,
+                generator: torch.Generator, precision: str = "float32",
+                on_epoch_end: Callable[[int], None] | None = None) -> float:
+    """The one client training loop: ``epochs`` passes over (x, y), each in an order drawn
+    from ``generator`` (one ``randperm`` per epoch, gathered once; batches are slices, the
+    last may be smaller), ``step(batch)`` on every batch and ``on_epoch_end(epoch)`` after
+    each epoch. The losses the steps return are summed on the device (one ``.item()`` per
+    call). Returns their mean (0.0 if no step returned one; NaN if training diverged).
+
+    A step is a function of what it closes over (the models and optimiser steps it
+    updates), the batch and the generators it is given: nothing comes from a client
+    object, so the same loop can drive many clients at once."""
+    n = int(y.shape[0])
+    total = torch.zeros((), device=x.device)
+    steps = position = 0
+    context = _precision_factory(precision, x.device)
+    for epoch, order in enumerate(epoch_orders(n, epochs, generator, x.device)):
+        xs, ys = x[order], y[order]
+        for start in range(0, n, batch_size):
+            end = start + batch_size
+            loss = step(Batch(xs[start:end], ys[start:end], order[start:end], epoch, position, start, context))
+            position += 1
+            if loss is not None:
+                total += loss.detach()
+                steps += 1
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+    return float(total.item()) / steps if steps else 0.0
+
+
+def _precision_factory(precision: str, device: torch.device) -> Callable[[], ContextManager]:
+    if precision == "bfloat16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
 def precision_context(settings: TrainSettings, device: torch.device) -> ContextManager:
     """The forward/backward context of local training: bfloat16 autocast when the settings
     ask for it, else nothing."""
@@ -114,17 +171,17 @@ def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor,
     n = int(y.shape[0])
     if settings.epochs == 0 or n == 0 or not params:
         return 0.0
-    step = SGDStep(params, settings)
-    total = torch.zeros((), device=x.device)
-    steps = 0
+    sgd = SGDStep(params, settings)
+
+    def step(batch: Batch) -> torch.Tensor:
+        with batch.precision():
+            loss = loss_fn(model, batch.x, batch.y)
+        sgd(loss)
+        return loss
+
     with only_training(model, params):
-        for xb, yb in shuffled_batches(x, y, settings.epochs, settings.batch_size, generator):
-            with precision_context(settings, x.device):
-                loss = loss_fn(model, xb, yb)
-            step(loss)
-            total += loss.detach()
-            steps += 1
-    return float(total.item()) / steps
+        return client_loop(x, y, step, epochs=settings.epochs, batch_size=settings.batch_size, generator=generator,
+                           precision=settings.precision)
 
 
 @contextlib.contextmanager

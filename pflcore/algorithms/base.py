@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
-from ..training import (LossFn, SGDStep, TrainSettings, compute_features, cross_entropy, only_training,
-                        precision_context, sgd_train, shuffled_batches)
+from ..training import (Batch, LossFn, SGDStep, StepFn, TrainSettings, client_loop, compute_features, cross_entropy,
+                        only_training, precision_context, sgd_train, shuffled_batches)
 from .hyperparams import Param, check_hyperparams
 
 Tensors = dict[str, torch.Tensor]
@@ -126,19 +126,23 @@ class Client:
         returns: SCAFFOLD's control variates, FedDyn's linear and proximal terms. Returns the
         mean loss and the number of steps taken."""
         params = list(params)
-        step = self.sgd(params)
-        total, steps = torch.zeros((), device=self.x.device), 0
+        sgd = self.sgd(params)
+        steps = 0
+
+        def step(batch: Batch) -> torch.Tensor:
+            nonlocal steps
+            with batch.precision():
+                loss = loss_fn(model, batch.x, batch.y)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            with torch.no_grad():
+                direction = adjust([torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)])
+            sgd.update(direction)
+            steps += 1
+            return loss
+
         with self.trainable(model, params):
-            for x, y in self.batches():
-                with self.precision():
-                    loss = loss_fn(model, x, y)
-                grads = torch.autograd.grad(loss, params, allow_unused=True)
-                with torch.no_grad():
-                    direction = adjust([torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)])
-                step.update(direction)
-                total += loss.detach()
-                steps += 1
-        return (float(total.item()) / steps if steps else 0.0), steps
+            loss = self.loop(step)
+        return loss, steps
 
     def train_head_on_features(self, head: nn.Module, features: torch.Tensor, **overrides: Any) -> float:
         """Train a head on fixed features: exactly head training with a frozen body, far cheaper."""
@@ -156,6 +160,18 @@ class Client:
         s = self.settings
         return shuffled_batches(self.x, self.y, s.epochs if epochs is None else epochs,
                                 batch_size or s.batch_size, generator or self.generator)
+
+    def loop(self, step: StepFn, *, epochs: int | None = None, batch_size: int | None = None,
+             generator: torch.Generator | None = None, on_epoch_end: Callable[[int], None] | None = None) -> float:
+        """:func:`~pflcore.training.client_loop` on this client's train data with the run's
+        settings (``epochs``, ``batch_size``, ``generator`` replace them): ``step(batch)``
+        on the batches :meth:`train` visits, ``on_epoch_end(epoch)`` after each epoch;
+        returns the mean of the losses the steps return. A method writes its step, not a
+        loop."""
+        s = self.settings
+        return client_loop(self.x, self.y, step, epochs=s.epochs if epochs is None else epochs,
+                           batch_size=batch_size or s.batch_size, generator=generator or self.generator,
+                           precision=s.precision, on_epoch_end=on_epoch_end)
 
     def sgd(self, params: Iterable[nn.Parameter], **overrides: Any) -> SGDStep:
         """The fast SGD step (momentum, weight decay as torch's SGD) over ``params`` with the
