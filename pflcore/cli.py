@@ -69,13 +69,34 @@ class Interrupted(Exception):
     """Ctrl-C stopped a run; the message says where it can resume."""
 
 
+class RunStopped(OSError):
+    """The system stopped a run (disk full, a permission); the message names the path and
+    where the same command resumes."""
+
+
 def describe(exc: BaseException) -> str:
     """One line for the user: the message of a known error, or the kind and message of an
     unexpected one with a pointer to ``--debug``."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = shorten_line(" ".join(str(exc).split()) or type(exc).__name__)
+    if isinstance(exc, OSError) and exc.errno is not None and exc.strerror:
+        return os_problem(exc)
     if isinstance(exc, _known_errors()):
         return text
     return f"unexpected {type(exc).__name__}: {text} (run with --debug to see the traceback)"
+
+
+def os_problem(exc: OSError) -> str:
+    """An operating-system error (disk full, a file where a folder should be, no permission)
+    as a sentence naming the path: ``/dev/null/x: not a directory.``"""
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    what = exc.strerror[0].lower() + exc.strerror[1:] if exc.strerror else type(exc).__name__
+    where = " -> ".join(shorten_line(p, 200) for p in paths)
+    return f"{where}: {what}." if where else f"{what}."
+
+
+def shorten_line(text: str, limit: int = 2000) -> str:
+    """``text`` cut to ``limit`` characters (an error quoting an enormous value stays one readable line)."""
+    return text if len(text) <= limit else f"{text[:limit // 2]} ... {text[-limit // 4:]}"
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
@@ -149,6 +170,12 @@ def _run(args: argparse.Namespace) -> int:
         result = run(config, overwrite=args.overwrite)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; {_resume_hint(target)}") from None
+    except OSError as exc:
+        if exc.errno is None or not exc.strerror:  # pflcore's own sentence (a results folder in the way)
+            raise
+        # the system refused a read or write (disk full, permissions): say where, and what happens next
+        raise RunStopped(f"{os_problem(exc).rstrip('.')} (while running into {target}); once that is fixed, "
+                         f"{_resume_hint(target)}") from exc
     print(json.dumps(result.summary, indent=1))
     print(f"results: {result.path}")
     return 0

@@ -10,14 +10,29 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .errors import ConfigError
+from .errors import ConfigError, shorten
 
 if TYPE_CHECKING:
     from .data.sources import TextShape
+
+
+#: The most clients a run may have: 100 times the largest federation of the papers here
+#: (FedPAC Table 9: 1000 clients), and each client costs the engine per-client state.
+MAX_CLIENTS = 100_000
+#: Seeds are 64-bit (numpy's and torch's generators take at most that much entropy per key).
+MAX_SEED = 2 ** 64 - 1
+#: The most worker processes: more than any machine's cores (they are cut to the cores anyway).
+MAX_WORKERS = 1024
+#: Method parameters that count whole models the server keeps (FedEM's components,
+#: HypCluster's clusters, FedFomo's downloads): the memory estimate multiplies by them.
+MODEL_COUNTS = {"fedem": "M", "fedem_ft": "M", "hypcluster": "k", "fedfomo": "num_models"}
+#: Config files are a few lines; anything larger than this is not one (and is never read whole).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _default_partition() -> dict:
@@ -72,9 +87,10 @@ class ExperimentConfig:
         if not isinstance(values, Mapping):
             raise ConfigError(f"a config must be a mapping of fields (field: value), not a {type(values).__name__}.")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted((k for k in values if k not in names), key=str)
+        unknown = [k for k in values if k not in names]
         if unknown:
-            raise ConfigError(f"unknown config field {unknown[0]!r}; allowed fields are {sorted(names)}.")
+            raise ConfigError(f"unknown config field {shorten(min(unknown, key=str))}; allowed fields are "
+                              f"{sorted(names)}.")
         cfg = cls(**dict(values))
         cfg.validate()
         return cfg
@@ -131,7 +147,7 @@ class ExperimentConfig:
         from .models import MODELS
 
         def bad(name: str, allowed: str) -> ConfigError:
-            return ConfigError(f"config field {name!r} = {getattr(self, name)!r} is not allowed: {allowed}.")
+            return ConfigError(f"config field {name!r} = {shorten(getattr(self, name))} is not allowed: {allowed}.")
 
         if not isinstance(self.method, str) or self.method not in ALGORITHMS:
             raise bad("method", f"choose one of {sorted(ALGORITHMS)}")
@@ -164,12 +180,15 @@ class ExperimentConfig:
         for name in ("num_clients", "rounds", "batch_size", "eval_every", "checkpoint_every"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise bad(name, "it must be a whole number >= 1")
+        if self.num_clients > MAX_CLIENTS:
+            raise bad("num_clients", f"it must be at most {MAX_CLIENTS} (100 times the largest federation of the "
+                                     "papers here; each client holds its own data and state)")
         if not _is_int(self.feature_probe) or self.feature_probe < 0:
             raise bad("feature_probe", "it must be a whole number >= 0 (samples per class; 0: off)")
         if not _is_int(self.local_epochs) or self.local_epochs < 0:
             raise bad("local_epochs", "it must be a whole number >= 0")
-        if not _is_int(self.seed) or self.seed < 0:
-            raise bad("seed", "it must be a whole number >= 0")
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            raise bad("seed", "it must be a whole number in [0, 2**64 - 1]")
         if not _is_number(self.participation) or not 0 < self.participation <= 1:
             raise bad("participation", "it must be a rate in (0, 1]")
         if self.sampling not in ("uniform", "bernoulli"):
@@ -200,18 +219,28 @@ class ExperimentConfig:
                 raise bad("dropout", "it must be null or a range [rho_min, rho_max] with 0 < rho_min <= rho_max <= 1")
         if self.precision not in (None, "float32", "bfloat16"):
             raise bad("precision", "use null/'float32', or 'bfloat16' for autocast local training")
-        if not (self.workers == "auto" or (_is_int(self.workers) and self.workers >= 0)):
-            raise bad("workers", "use 0 (in this process), a number of worker processes, or 'auto' (one per core)")
+        if not (self.workers == "auto" or (_is_int(self.workers) and 0 <= self.workers <= MAX_WORKERS)):
+            raise bad("workers", f"use 0 (in this process), a number of worker processes up to {MAX_WORKERS} (cut "
+                                 "to the cores), or 'auto' (one per core)")
         problem = device_problem(self.device)
         if problem:
             raise bad("device", problem)
         if self.device != "cpu" and self.workers not in (0, 1, "auto"):
             raise bad("workers", "worker processes are for CPU runs; on a GPU use 0 or 'auto'")
-        if not isinstance(self.output_dir, str) or not self.output_dir.strip():
-            raise bad("output_dir", "it must be the path of a folder for results (for example 'results')")
+        if not isinstance(self.output_dir, str) or not self.output_dir.strip() or not self.output_dir.isprintable():
+            raise bad("output_dir", "it must be the path of a folder for results (for example 'results'), without "
+                                    "control characters such as a newline")
         if self.name is not None and (not isinstance(self.name, str) or not self.name or "/" in self.name
-                                      or "\x00" in self.name or self.name.startswith(".")):
-            raise bad("name", "it must be a plain folder name (no '/', not starting with '.')")
+                                      or not self.name.isprintable() or self.name.startswith(".")
+                                      or len(self.name.encode("utf-8", "surrogatepass")) > 255):
+            raise bad("name", "it must be a plain folder name of printable characters (no '/', no newline or "
+                              "other control character, not starting with '.', at most 255 bytes)")
+        for name in ("method_params", "partition", "shift"):
+            keys = getattr(self, name) or {}
+            odd = [k for k in keys if not isinstance(k, str)]
+            if odd:
+                raise ConfigError(f"config field {name!r} has the key {shorten(odd[0])}, which is not allowed: its "
+                                  "keys are parameter names (text).")
         ALGORITHMS[self.method].check_params(self.method_params)
         params = {k: v for k, v in self.partition.items() if k not in ("kind", "subsample")}
         try:
@@ -221,7 +250,7 @@ class ExperimentConfig:
             raise ConfigError(f"{where} is not allowed: {exc}") from None
         fraction = self.partition.get("subsample", 1.0)
         if not _is_number(fraction) or not 0 < fraction <= 1:
-            raise ConfigError(f"config field 'partition' has subsample = {fraction!r}, which is not allowed: "
+            raise ConfigError(f"config field 'partition' has subsample = {shorten(fraction)}, which is not allowed: "
                               "it must be a fraction in (0, 1] of each client's training samples.")
         if self.shift is not None:
             from .data.shifts import ShiftError, check_shift
@@ -234,6 +263,12 @@ class ExperimentConfig:
             if self.shift["kind"] in acts and isinstance(shape, TextShape):
                 raise bad("shift", f"{acts[self.shift['kind']]}, and {self.dataset!r} holds token ids (text); use "
                                    "'label_permutation' or no shift")
+        need, have = memory_estimate(self, shape), machine_memory()
+        if have and need > have:
+            raise ConfigError(f"this run needs at least {need / 2**30:.1f} GiB of memory (its clients' samples as "
+                              f"float32 tensors and the models the server keeps), and this machine has "
+                              f"{have / 2**30:.1f} GiB: lower num_clients, partition.samples_per_client or the "
+                              "method's model count.")
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -241,14 +276,79 @@ def read_config_file(path: str | Path) -> dict:
     one sentence if the file is missing, a folder, not YAML, or not a mapping."""
     from .yaml_io import read_yaml_file
 
-    values = read_yaml_file(path)
+    values = read_yaml_file(path, max_bytes=MAX_CONFIG_BYTES)
     if values is None:
         return {}
     if not isinstance(values, dict):
-        kind = "a list" if isinstance(values, list) else f"the single value {values!r}"
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of config fields (lines 'field: value'), "
-                          f"not {kind}.")
+        kind = "a list" if isinstance(values, list) else f"the single value {shorten(values)}"
+        raise ConfigError(f"config file {shorten(str(path))} must hold a mapping of config fields (lines "
+                          f"'field: value'), not {kind}.")
     return values
+
+
+def as_config(config: Any) -> ExperimentConfig:
+    """A validated config from an :class:`ExperimentConfig` or a mapping of its fields; any
+    other value (a list, None, a file path) is one sentence saying what to pass instead."""
+    if isinstance(config, ExperimentConfig):
+        config.validate()
+        return config
+    if isinstance(config, Mapping):
+        return ExperimentConfig.from_dict(config)
+    if isinstance(config, (str, Path)):
+        raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields, not the text "
+                          f"{shorten(str(config))}; for a YAML file pass ExperimentConfig.from_yaml(path).")
+    raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields (field: value), not "
+                      f"{'None' if config is None else 'a value of type ' + type(config).__name__}.")
+
+
+def memory_estimate(config: ExperimentConfig, shape: Any) -> int:
+    """A lower bound, in bytes, of the memory a run needs: its clients' samples (float32
+    tensors, train and test) where the partition gives each client a fixed number, and the
+    models the server keeps (the global one plus, for FedEM, HypCluster and FedFomo, one per
+    component the method parameters ask for), counted on PyTorch's meta device."""
+    from .data.sources import TextShape
+
+    p = config.partition
+    per_client = [v for v in (p.get("samples_per_client"),) if _is_int(v)]
+    per_client += [max(v) for v in (p.get("size_choices"),) if isinstance(v, (list, tuple)) and v
+                   and all(_is_int(x) for x in v)]
+    if _is_int(p.get("shards_per_client")) and _is_int(p.get("shard_size")):
+        per_client.append(p["shards_per_client"] * p["shard_size"])
+    test = p.get("test_fraction")
+    test = test if _is_number(test) and 0 < test <= 1 else 0.5
+    sample = 8 * shape.seq_len if isinstance(shape, TextShape) else 4 * shape[0] * shape[1] * shape[1]
+    samples = config.num_clients * max(per_client, default=0) * (1 + test)
+    count_name = MODEL_COUNTS.get(config.method)
+    copies = 1 + (config.method_params.get(count_name, 0) if count_name else 0)
+    if not _is_int(copies) or copies < 1:
+        copies = 1
+    return int(samples * (sample + 16)) + copies * _model_bytes(config.model, shape)
+
+
+def _model_bytes(model: str, shape: Any) -> int:
+    """float32 bytes of ``model``'s parameters, built on the meta device (no memory used)."""
+    import torch
+
+    from .data.sources import TextShape
+    from .models import build_model
+
+    try:
+        with torch.device("meta"):
+            if isinstance(shape, TextShape):
+                net = build_model(model, None, shape.num_classes, vocab_size=shape.vocab_size or 1)
+            else:
+                net = build_model(model, shape[0], shape[2], shape[1])
+    except Exception:  # a model that cannot take this data is refused elsewhere; nothing counted here
+        return 0
+    return 4 * sum(t.numel() for t in net.parameters())
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def device_problem(device: Any) -> str | None:
@@ -309,18 +409,3 @@ def _is_int(value: Any) -> bool:
 def _is_number(value: Any) -> bool:
     """A finite int or float (not a bool): NaN and infinity are never allowed."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def as_config(config: Any) -> ExperimentConfig:
-    """A validated config from an :class:`ExperimentConfig` or a mapping of its fields; any
-    other value (a list, None, a file path) is one sentence saying what to pass instead."""
-    if isinstance(config, ExperimentConfig):
-        config.validate()
-        return config
-    if isinstance(config, Mapping):
-        return ExperimentConfig.from_dict(config)
-    if isinstance(config, (str, Path)):
-        raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields, not the text "
-                          f"{str(config)[:60]!r}; for a YAML file pass ExperimentConfig.from_yaml(path).")
-    raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields (field: value), not "
-                      f"{'None' if config is None else 'a value of type ' + type(config).__name__}.")

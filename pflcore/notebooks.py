@@ -48,6 +48,28 @@ def params_path(notebook: Path, root: Path, preset: str) -> Path:
 PATH_PARAMETERS = ("output_dir", "figures_dir", "data_root")
 
 
+def check_parameter_types(notebook: str, smoke: dict, namespace: dict) -> None:
+    """Refuse, in the parameter's own terms, a notebook parameter whose value is not of the
+    kind its smoke preset gives it (a list, a mapping, true/false, a number): papermill's
+    ``-p methods fedavg`` passes the text 'fedavg' where a list of methods belongs."""
+    from .errors import ConfigError, shorten
+
+    kinds = (("true or false", (bool,)), ("a list", (list, tuple)), ("a mapping", (dict,)), ("a number", (int, float)))
+    for name, example in smoke.items():
+        value = namespace.get(name)
+        if value is None or example is None or name not in namespace:
+            continue
+        for words, types in kinds:
+            if isinstance(example, types):
+                if not isinstance(value, types) or (types != (bool,) and isinstance(value, bool)):
+                    hint = {"a list": f" (papermill: -y '{name}: [a, b]')",
+                            "a mapping": f" (papermill: -y '{name}: {{key: value}}')"}.get(words, "")
+                    raise ConfigError(f"notebook parameter {name!r} = {shorten(value)} is not allowed: it must be "
+                                      f"{words}, like the smoke preset's {shorten(example)} in params/{notebook}/"
+                                      f"smoke.yaml{hint}.")
+                break
+
+
 def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     """Give a notebook the values of its ``preset``; the first call of every notebook.
 
@@ -78,6 +100,7 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
                 kept.append(name)  # changed from the smoke value by the user: theirs wins
         else:
             namespace[name] = value
+    check_parameter_types(notebook, smoke, namespace)
     for name in PATH_PARAMETERS:
         if isinstance(namespace.get(name), (str, Path)):
             namespace[name] = str(project_path(namespace[name]))

@@ -99,7 +99,7 @@ class Mixture(nn.Module):
 class FedEM(Algorithm):
     name = "fedem"
     paper = "Marfoq, Neglia, Bellet, Kameni, Vidal, NeurIPS 2021"
-    hyperparams = {"M": Param(3, low=1, doc="the number of shared components")}
+    hyperparams = {"M": Param(3, low=1, high=100, doc="the number of shared components")}
 
     # -- server -----------------------------------------------------------------------
     def init(self, model: SplitModel, info: FederationInfo) -> dict:

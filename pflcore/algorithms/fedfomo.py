@@ -84,7 +84,7 @@ class FedFomo(Algorithm):
     name = "fedfomo"
     paper = "Zhang, Sapra, Fidler, Yeung, Alvarez, ICLR 2021"
     hyperparams = {
-        "num_models": Param(5, low=1, doc="M, candidate models a client downloads per round"),
+        "num_models": Param(5, low=1, high=100, doc="M, candidate models a client downloads per round"),
         "epsilon": Param(0.3, low=0, high=1, doc="initial probability that a slot is filled at random"),
         "epsilon_decay": Param(0.05, low=0, doc="decrease of epsilon per round"),
         "val_fraction": Param(0.2, low=0, high=1, high_open=True,

@@ -84,7 +84,7 @@ def pick(losses: Sequence[float]) -> int:
 class HypCluster(Algorithm):
     name = "hypcluster"
     paper = "Mansour, Mohri, Ro, Suresh, 2020"
-    hyperparams = {"k": Param(3, low=1, doc="the number of cluster models")}
+    hyperparams = {"k": Param(3, low=1, high=100, doc="the number of cluster models")}
 
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         k = int(self.k)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shorten
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,14 @@ class Param:
 def check_hyperparams(method: str, spec: dict[str, Param], values: Any) -> None:
     """Raise :class:`ConfigError` (one sentence) for the first unknown or bad value."""
     if not isinstance(values, dict):
-        raise ConfigError(f"config field 'method_params' = {values!r} is not allowed: it must be a mapping of "
+        raise ConfigError(f"config field 'method_params' = {shorten(values)} is not allowed: it must be a mapping of "
                           f"{method!r}'s parameters {sorted(spec) or '(it has none)'}.")
     for key, value in values.items():
         if key not in spec:
-            raise ConfigError(f"method {method!r} has no parameter {key!r}; its parameters are "
+            raise ConfigError(f"method {method!r} has no parameter {shorten(key)}; its parameters are "
                               f"{sorted(spec) or 'none'}.")
         if not spec[key].accepts(value):
-            raise ConfigError(f"config field 'method_params.{key}' = {value!r} is not allowed for method "
+            raise ConfigError(f"config field 'method_params.{key}' = {shorten(value)} is not allowed for method "
                               f"{method!r}: {spec[key].allowed()}.")
 
 

@@ -79,7 +79,7 @@ class MOON(Algorithm):
         "tau": Param(0.5, low=0, low_open=True, doc="tau, the temperature of the contrastive loss"),
         "projection": Param("mlp", choices=("mlp", "none"),
                             doc="contrast the projection head's output (the paper) or the body's features (FedFA)"),
-        "projection_dim": Param(256, low=1, doc="the projection head's output dimension"),
+        "projection_dim": Param(256, low=1, high=65536, doc="the projection head's output dimension"),
     }
 
     @property

@@ -65,9 +65,9 @@ class PFedHN(Algorithm):
     name = "pfedhn"
     paper = "Shamsian, Navon, Fetaya, Chechik, ICML 2021"
     hyperparams = {
-        "embedding_dim": Param(0, low=0, doc="dimension of e_i (0: (1 + N) / 4, at least 1)"),
-        "hidden": Param(100, low=1, doc="width of the hypernetwork's MLP"),
-        "hidden_layers": Param(3, low=0, doc="hidden-to-hidden layers of the MLP after the first"),
+        "embedding_dim": Param(0, low=0, high=4096, doc="dimension of e_i (0: (1 + N) / 4, at least 1)"),
+        "hidden": Param(100, low=1, high=1024, doc="width of the hypernetwork's MLP"),
+        "hidden_layers": Param(3, low=0, high=32, doc="hidden-to-hidden layers of the MLP after the first"),
         "server_lr": Param(0.01, low=0, low_open=True, doc="the hypernetwork's SGD learning rate"),
         "server_momentum": Param(0.9, low=0, high=1, high_open=True, doc="its momentum"),
         "server_weight_decay": Param(1e-3, low=0, doc="its weight decay"),

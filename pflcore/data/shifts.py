@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..training import derive_seed
 from .corruptions import CORRUPTIONS, SEVERITIES, cached_corrupt, data_digest
+from ..errors import shorten
 
 ClientTransform = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 SHIFT_KEY = 103
@@ -159,43 +160,43 @@ def make_shift(spec: dict[str, Any], num_classes: int, seed: int, num_clients: i
 def check_shift(spec: Any) -> None:
     """Raise ShiftError (one sentence) unless ``spec`` describes a known shift."""
     if not isinstance(spec, dict) or spec.get("kind") not in SHIFTS:
-        raise ShiftError(f"shift {spec!r} is not allowed: use a mapping with 'kind' one of {sorted(SHIFTS)}.")
+        raise ShiftError(f"shift {shorten(spec)} is not allowed: use a mapping with 'kind' one of {sorted(SHIFTS)}.")
     allowed = PARAMETERS[spec["kind"]]
     extra = set(spec) - allowed - {"kind"}
     if extra:
-        raise ShiftError(f"shift {spec['kind']!r} has no parameter {sorted(extra)[0]!r}; "
+        raise ShiftError(f"shift {shorten(spec['kind'])} has no parameter {shorten(sorted(extra)[0])}; "
                          f"its parameters are {sorted(allowed)}.")
     if spec["kind"] == "corruption":
         _check_corruption(spec)
         return
     groups = spec.get("groups", 5)
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
-        raise ShiftError(f"shift parameter 'groups' = {groups!r} is not allowed: it must be an integer >= 1.")
+        raise ShiftError(f"shift parameter 'groups' = {shorten(groups)} is not allowed: it must be an integer >= 1.")
     angles = spec.get("angles")
     if angles is not None and (not isinstance(angles, (list, tuple)) or len(angles) != groups
                                or not all(isinstance(a, (int, float)) for a in angles)):
-        raise ShiftError(f"shift parameter 'angles' = {angles!r} is not allowed: give one angle in degrees "
+        raise ShiftError(f"shift parameter 'angles' = {shorten(angles)} is not allowed: give one angle in degrees "
                          f"per group ({groups}).")
 
 
 def _check_corruption(spec: dict[str, Any]) -> None:
     fraction = spec.get("fraction", 0.5)
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 <= fraction <= 1:
-        raise ShiftError(f"shift parameter 'fraction' = {fraction!r} is not allowed: it must be a number in [0, 1] "
+        raise ShiftError(f"shift parameter 'fraction' = {shorten(fraction)} is not allowed: it must be a number in [0, 1] "
                          "(the share of clients, from the first, that are corrupted).")
     assignment = spec.get("assignment", "unique")
     if assignment not in ASSIGNMENTS:
-        raise ShiftError(f"shift parameter 'assignment' = {assignment!r} is not allowed: use one of "
+        raise ShiftError(f"shift parameter 'assignment' = {shorten(assignment)} is not allowed: use one of "
                          f"{list(ASSIGNMENTS)}.")
     severity = spec.get("severity")
     if severity is not None and (isinstance(severity, bool) or not isinstance(severity, numbers.Integral)
                                  or severity not in SEVERITIES):
-        raise ShiftError(f"shift parameter 'severity' = {severity!r} is not allowed: it must be an integer 1..5.")
+        raise ShiftError(f"shift parameter 'severity' = {shorten(severity)} is not allowed: it must be an integer 1..5.")
     names = spec.get("corruptions", CORRUPTIONS)
     if not isinstance(names, (list, tuple)) or not names or len(set(map(str, names))) != len(names):
-        raise ShiftError(f"shift parameter 'corruptions' = {names!r} is not allowed: give a list of distinct "
+        raise ShiftError(f"shift parameter 'corruptions' = {shorten(names)} is not allowed: give a list of distinct "
                          f"corruption names from {list(CORRUPTIONS)}.")
     unknown = [n for n in names if n not in CORRUPTIONS]
     if unknown:
-        raise ShiftError(f"shift parameter 'corruptions' names an unknown corruption {unknown[0]!r}: use names from "
+        raise ShiftError(f"shift parameter 'corruptions' names an unknown corruption {shorten(unknown[0])}: use names from "
                          f"{list(CORRUPTIONS)}.")

@@ -36,6 +36,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..config import ConfigError, ExperimentConfig
+from ..errors import shorten
 from ..engine.executors import available_cores, resolve_workers
 from ..engine.jobs import JOB_KINDS, ClientJob, ClientResult, ClientWorker
 from ..engine.results import RunDirectory, RunResult
@@ -350,7 +351,11 @@ def simulate(config: ExperimentConfig | dict, *, num_supernodes: int | None = No
     cores = available_cores()
     n = config.num_clients if num_supernodes is None else num_supernodes
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"num_supernodes = {num_supernodes!r} is not allowed: it must be an integer >= 1.")
+        raise ConfigError(f"num_supernodes = {shorten(num_supernodes)} is not allowed: it must be an integer >= 1.")
+    if n > config.num_clients:
+        raise ConfigError(f"num_supernodes = {shorten(num_supernodes)} is not allowed: it must be at most "
+                          f"{config.num_clients}, one per client of this run (a node without a client idles, and "
+                          "each virtual node costs memory).")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout = {timeout!r} is not allowed: it must be a number of seconds > 0, or None.")
     default_threads, parallel = matching_threads(config)
@@ -405,10 +410,12 @@ def _as_config(config: ExperimentConfig | dict | str | Path) -> ExperimentConfig
     if isinstance(config, (str, Path)):
         text = str(config).strip()
         if text.startswith("{"):
-            return ExperimentConfig.from_dict(json.loads(text))
-        if not Path(text).is_file():
-            raise ConfigError(f"config {text!r} is neither a JSON object nor an existing YAML/JSON file.")
-        return ExperimentConfig.from_yaml(text)  # YAML is a superset of JSON
+            try:
+                values = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise ConfigError(f"config text {shorten(text)} is not valid JSON ({shorten(str(exc))[1:-1]}).") from None
+            return ExperimentConfig.from_dict(values)
+        return ExperimentConfig.from_yaml(text)  # YAML is a superset of JSON; a missing file is one sentence
     raise ConfigError(f"config must be an ExperimentConfig, a mapping or a file path, got {type(config).__name__}.")
 
 

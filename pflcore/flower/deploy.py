@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import socket
@@ -66,8 +67,27 @@ clientapp = "pflcore.flower.apps:client_app"
 """
 
 
+#: What one SuperNode costs this machine, for the bound on ``supernodes``: a process whose
+#: client app imports torch and builds the federation's data (an estimate, on the high side).
+SUPERNODE_BYTES = 512 * 2 ** 20
+
+
 class DeploymentError(RuntimeError):
     """The deployed run did not finish; the message says where its logs are."""
+
+
+def supernode_limit(config: Any) -> tuple[int, str]:
+    """The most SuperNodes worth starting for ``config`` and why: one per client at most (a
+    node without a client has nothing to do), and no more than this machine's memory holds
+    at :data:`SUPERNODE_BYTES` each."""
+    from ..config import machine_memory
+
+    memory = machine_memory()
+    by_memory = max(1, memory // SUPERNODE_BYTES) if memory else config.num_clients
+    if by_memory < config.num_clients:
+        return by_memory, (f"each SuperNode is a process of up to about {SUPERNODE_BYTES / 2**30:.1f} GiB and this "
+                           f"machine has {memory / 2**30:.1f} GiB")
+    return config.num_clients, f"one per client of this run's {config.num_clients}; a node without a client idles"
 
 
 def deploy(config: Any, *, supernodes: int = 2, workdir: str | Path | None = None, overwrite: bool = False,
@@ -80,14 +100,22 @@ def deploy(config: Any, *, supernodes: int = 2, workdir: str | Path | None = Non
     ``threads``: torch threads per client job on the nodes (default: as the in-process
     engine would use for this config, see :func:`pflcore.flower.simulate`; 0: the nodes'
     own default)."""
+    from ..errors import ConfigError, shorten
+
     config = _as_config(config)
     if not isinstance(supernodes, int) or isinstance(supernodes, bool) or supernodes < 1:
-        raise ValueError(f"supernodes = {supernodes!r} is not allowed: it must be an integer >= 1.")
+        raise ConfigError(f"supernodes = {shorten(supernodes)} is not allowed: it must be an integer >= 1.")
+    most, why = supernode_limit(config)
+    if supernodes > most:
+        raise ConfigError(f"supernodes = {shorten(supernodes)} is not allowed: it must be at most {most} ({why}).")
     for name, value in (("run_timeout", run_timeout), ("startup_timeout", startup_timeout)):
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{name} = {value!r} is not allowed: it must be a number of seconds > 0.")
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout = {timeout!r} is not allowed: it must be a number of seconds > 0, or None.")
+        if not _seconds(value):
+            raise ConfigError(f"{name} = {shorten(value)} is not allowed: it must be a number of seconds > 0.")
+    if timeout is not None and not _seconds(timeout):
+        raise ConfigError(f"timeout = {shorten(timeout)} is not allowed: it must be a number of seconds > 0, or None.")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 1024):
+        raise ConfigError(f"threads = {shorten(threads)} is not allowed: it must be an integer in [0, 1024] (0: the "
+                          "nodes' default).")
     if threads is None:
         threads = matching_threads(config)[0]
     # The ServerApp runs in a process of the SuperLink's: give it absolute paths.
@@ -291,6 +319,11 @@ def _wait_for_port(port: int, timeout: float, proc: subprocess.Popen, logfile: P
     raise DeploymentError(f"the SuperLink did not open 127.0.0.1:{port} within {timeout:g} s:\n{_tail(logfile)}")
 
 
+def _seconds(value: Any) -> bool:
+    """A finite, positive number of seconds (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
 def _toml(values: dict) -> str:
     return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())  # JSON scalars are TOML scalars
 
@@ -303,7 +336,13 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pflcore.flower.deploy", description=__doc__.split("\n")[0])
+    """The command: a mistake (a bad or missing config, a bad number of SuperNodes) or a
+    failed deployment is one line on stderr with exit code 2 (1 for an unexpected error),
+    never a traceback; ``--debug`` or ``PFLCORE_DEBUG=1`` shows the traceback instead."""
+    from ..cli import EXIT_INTERRUPTED, EXIT_USER_ERROR, _known_errors, describe
+
+    prog = "python -m pflcore.flower.deploy"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, help="experiment YAML/JSON file")
     parser.add_argument("--supernodes", type=int, default=2, help="number of SuperNodes (default 2)")
     parser.add_argument("--workdir", default=None, help="folder for the app, logs and report (default: a temp dir)")
@@ -312,9 +351,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-timeout", type=float, default=900.0, help="seconds for the whole run (default 900)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads per client job (default: as in-process; 0: the nodes' default)")
+    parser.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks instead of one-line errors (also: PFLCORE_DEBUG=1)")
     args = parser.parse_args(argv)
-    result = deploy(args.config, supernodes=args.supernodes, workdir=args.workdir, overwrite=args.overwrite,
-                    timeout=args.timeout, run_timeout=args.run_timeout, threads=args.threads)
+    debug = args.debug or os.environ.get("PFLCORE_DEBUG", "") not in ("", "0")
+    try:
+        result = deploy(args.config, supernodes=args.supernodes, workdir=args.workdir, overwrite=args.overwrite,
+                        timeout=args.timeout, run_timeout=args.run_timeout, threads=args.threads)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted; every process it started was stopped, and the same command resumes the run "
+              "from its last checkpoint.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if debug:
+            raise
+        text = str(exc).splitlines()[0] if isinstance(exc, DeploymentError) else describe(exc)  # logs hold the rest
+        print(f"{prog}: {text}", file=sys.stderr)
+        return EXIT_USER_ERROR if isinstance(exc, (*_known_errors(), DeploymentError)) else 1
     s = result.summary
     print(f"{s['method']} on {args.supernodes} SuperNodes: acc_mean {s['acc_mean']:.2f} +- {s['acc_std']:.2f} "
           f"after {s['rounds']} rounds; results in {result.path}")

@@ -57,6 +57,7 @@ from .common import (
     pool_labels,
     subsample,
 )
+from ...errors import shorten
 
 __all__ = [
     "KINDS",
@@ -97,14 +98,14 @@ parameter names and defaults are the keyword-only parameters of each function.""
 def _bind_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """Named parameters of ``kind`` with defaults applied; unknown/missing -> error."""
     if kind not in KINDS:
-        raise PartitionError(f"kind={kind!r} is unknown; allowed kinds: {', '.join(sorted(KINDS))}.",
+        raise PartitionError(f"kind={shorten(kind)} is unknown; allowed kinds: {', '.join(sorted(KINDS))}.",
                              param="kind")
     sig = inspect.signature(KINDS[kind].partition)
     names = [n for n, prm in sig.parameters.items() if prm.kind is inspect.Parameter.KEYWORD_ONLY]
     unknown = sorted(set(params) - set(names))
     if unknown:
         raise PartitionError(
-            f"parameter {unknown[0]!r} is unknown for kind {kind!r}; allowed: {', '.join(names)}.",
+            f"parameter {shorten(unknown[0])} is unknown for kind {shorten(kind)}; allowed: {', '.join(names)}.",
             param=unknown[0],
         )
     bound: dict[str, Any] = {}
@@ -112,7 +113,7 @@ def _bind_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
         if n in params:
             bound[n] = params[n]
         elif sig.parameters[n].default is inspect.Parameter.empty:
-            raise PartitionError(f"parameter {n!r} is required for kind {kind!r}.", param=n)
+            raise PartitionError(f"parameter {shorten(n)} is required for kind {shorten(kind)}.", param=n)
         else:
             bound[n] = sig.parameters[n].default
     return bound
@@ -127,7 +128,7 @@ def validate_partition_args(
     bound = _bind_params(kind, params)
     if num_clients is None:
         if not KINDS[kind].infers_num_clients:
-            raise PartitionError(f"num_clients is required for kind {kind!r} (an integer >= 1).", param="num_clients")
+            raise PartitionError(f"num_clients is required for kind {shorten(kind)} (an integer >= 1).", param="num_clients")
     else:
         need_int(kind, "num_clients", num_clients, 1)
     if num_classes is not None:
@@ -166,7 +167,7 @@ def make_partition(
     bound = validate_partition_args(kind, num_clients, num_classes=num_classes, **params)
     spec = KINDS[kind]
     if not is_int(seed) or seed < 0:
-        raise PartitionError(f"seed={seed!r} is invalid: it must be an integer >= 0.")
+        raise PartitionError(f"seed={shorten(seed)} is invalid: it must be an integer >= 0.")
     train_labels = _as_labels("train_labels", train_labels)
     test_labels = _as_labels("test_labels", test_labels)
     top = int(max(train_labels.max(initial=-1), test_labels.max(initial=-1)))
@@ -180,7 +181,7 @@ def make_partition(
     available = train_labels.size + (test_labels.size if spec.uses_both_splits(bound) else 0)
     if num_clients is not None and num_clients > available:
         raise PartitionError(
-            f"num_clients={num_clients} is invalid for kind {kind!r}: only {available} samples are "
+            f"num_clients={num_clients} is invalid for kind {shorten(kind)}: only {available} samples are "
             "available to share."
         )
     ctx = Context(kind, train_labels, test_labels, num_clients, num_classes, np.random.default_rng(seed))
@@ -192,7 +193,7 @@ def make_partition(
     if recycled:
         warnings.warn(
             RecyclingWarning(
-                f"partition kind {kind!r}: demand exceeded supply for some classes, so "
+                f"partition kind {shorten(kind)}: demand exceeded supply for some classes, so "
                 f"{info.get('recycled_train', 0)} train and {info.get('recycled_test', 0)} test draws "
                 "reuse samples already given to other clients (never twice within a client)."
             ),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from ...errors import shorten
 
 _FORMAT_VERSION = 1
 _SPLITS = ("train", "test", "all")
@@ -75,7 +76,7 @@ class Partition:
 
     def _arrays(self, split: str) -> list[np.ndarray]:
         if split not in _SPLITS:
-            raise PartitionError(f"split={split!r} is invalid; allowed: {', '.join(_SPLITS)}.")
+            raise PartitionError(f"split={shorten(split)} is invalid; allowed: {', '.join(_SPLITS)}.")
         if split == "train":
             return list(self.train)
         if split == "test":
@@ -131,7 +132,7 @@ class Partition:
         """Rebuild a partition written by :meth:`to_dict`."""
         if data.get("format") != "pflcore.partition" or data.get("version") != _FORMAT_VERSION:
             raise PartitionError(
-                f"format={data.get('format')!r} version={data.get('version')!r} is not a "
+                f"format={shorten(data.get('format'))} version={shorten(data.get('version'))} is not a "
                 f"partition written by this library (expected 'pflcore.partition' "
                 f"version {_FORMAT_VERSION})."
             )
@@ -174,7 +175,7 @@ def subsample(partition: Partition, fraction: float, seed: int) -> Partition:
     keeps the original sizes (of the first subsampling)."""
     need_fraction("subsample", "fraction", fraction)
     if not is_int(seed) or seed < 0:
-        raise PartitionError(f"seed={seed!r} is invalid: it must be an integer >= 0.")
+        raise PartitionError(f"seed={shorten(seed)} is invalid: it must be an integer >= 0.")
     rng = np.random.default_rng(seed)
     new_train = []
     for idx in partition.train:
@@ -225,7 +226,7 @@ def _jsonable(obj: Any) -> Any:
         return float(obj)
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
-    raise PartitionError(f"value {obj!r} of type {type(obj).__name__} is not JSON-serialisable.")
+    raise PartitionError(f"value {shorten(obj)} of type {type(obj).__name__} is not JSON-serialisable.")
 
 
 # --------------------------------------------------------------------- parameter checks
@@ -242,35 +243,41 @@ def is_real(v: Any) -> bool:
     return is_int(v) or (isinstance(v, (float, np.floating)) and math.isfinite(v))
 
 
-def need_int(kind: str, name: str, v: Any, lo: int) -> None:
-    if not is_int(v) or v < lo:
-        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be an integer >= {lo}.", param=name)
+#: The most redraws a retrying partitioner may make (each redraws the whole partition).
+MAX_RETRIES = 100_000
+
+
+def need_int(kind: str, name: str, v: Any, lo: int, hi: int | None = None) -> None:
+    if not is_int(v) or v < lo or (hi is not None and v > hi):
+        allowed = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+        raise PartitionError(f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be {allowed}.",
+                             param=name)
 
 
 def need_fraction(kind: str, name: str, v: Any, *, closed_right: bool = True) -> None:
     ok = is_real(v) and 0 < v and (v <= 1 if closed_right else v < 1)
     if not ok:
         interval = "(0, 1]" if closed_right else "(0, 1)"
-        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be a number in {interval}.",
+        raise PartitionError(f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be a number in {interval}.",
                              param=name)
 
 
 def need_choice(kind: str, name: str, v: Any, allowed: Sequence[str]) -> None:
     if v not in allowed:
         raise PartitionError(
-            f"{name}={v!r} is invalid for kind {kind!r}: allowed values are {', '.join(map(repr, allowed))}.",
+            f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: allowed values are {', '.join(map(repr, allowed))}.",
             param=name,
         )
 
 
 def need_bool(kind: str, name: str, v: Any) -> None:
     if not isinstance(v, (bool, np.bool_)):
-        raise PartitionError(f"{name}={v!r} is invalid for kind {kind!r}: it must be True or False.", param=name)
+        raise PartitionError(f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be True or False.", param=name)
 
 
 def need_unused(kind: str, name: str, v: Any, why: str) -> None:
     if v is not None:
-        raise PartitionError(f"{name}={v!r} is not used for kind {kind!r} {why}; leave it unset.", param=name)
+        raise PartitionError(f"{name}={shorten(v)} is not used for kind {shorten(kind)} {why}; leave it unset.", param=name)
 
 
 def need_int_list(kind: str, name: str, v: Any, lo: int) -> None:
@@ -281,7 +288,7 @@ def need_int_list(kind: str, name: str, v: Any, lo: int) -> None:
         or not all(is_int(x) and x >= lo for x in v)
     ):
         raise PartitionError(
-            f"{name}={v!r} is invalid for kind {kind!r}: it must be a non-empty list of integers >= {lo}.",
+            f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be a non-empty list of integers >= {lo}.",
             param=name,
         )
 
@@ -338,7 +345,7 @@ def check_demand(
     if over.any():
         i, k = (int(v) for v in np.argwhere(over)[0])
         raise PartitionError(
-            f"kind {kind!r} is infeasible: client {i} needs {int(demand[i, k])} samples of class {k} "
+            f"kind {shorten(kind)} is infeasible: client {i} needs {int(demand[i, k])} samples of class {k} "
             f"from the {split} split but only {int(supply[k])} exist; lower samples_per_client or "
             "test_fraction, or give clients more classes."
         )

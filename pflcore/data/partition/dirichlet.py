@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .common import (
+    MAX_RETRIES,
     Context,
     PartitionError,
     PartitionKind,
@@ -25,6 +26,7 @@ from .common import (
     round_half_up,
     split_train_test,
 )
+from ...errors import shorten
 
 
 def partition(
@@ -109,11 +111,11 @@ def check(p: dict, num_classes: int | None) -> None:
     k = "dirichlet"
     alpha = p["alpha"]
     if not is_real(alpha) or alpha <= 0:
-        raise PartitionError(f"alpha={alpha!r} is invalid for kind 'dirichlet': it must be a number > 0.",
+        raise PartitionError(f"alpha={shorten(alpha)} is invalid for kind 'dirichlet': it must be a number > 0.",
                              param="alpha")
     need_choice(k, "on", p["on"], ("train", "union"))
     need_int(k, "min_size", p["min_size"], 0)
-    need_int(k, "max_retries", p["max_retries"], 1)
+    need_int(k, "max_retries", p["max_retries"], 1, MAX_RETRIES)
     if p["on"] == "train":
         need_unused(k, "train_fraction", p["train_fraction"], "unless on='union'")
         if p["test_fraction"] is not None:

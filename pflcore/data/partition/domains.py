@@ -21,6 +21,7 @@ from .common import (
     need_unused,
     split_train_test,
 )
+from ...errors import shorten
 
 
 def partition(
@@ -151,7 +152,7 @@ def check(p: dict, num_classes: int | None) -> None:
     need_int(k, "clients_per_domain", p["clients_per_domain"], 1)
     alpha = p["alpha"]
     if alpha is not None and (not is_real(alpha) or alpha <= 0):
-        raise PartitionError(f"alpha={alpha!r} is invalid for kind 'domains': it must be a number > 0, or null "
+        raise PartitionError(f"alpha={shorten(alpha)} is invalid for kind 'domains': it must be a number > 0, or null "
                              "for a uniform split within each domain.", param="alpha")
     need_choice(k, "on", p["on"], ("train", "union"))
     if p["on"] == "train":

@@ -22,6 +22,7 @@ from .common import (
     need_int_list,
     round_half_up,
 )
+from ...errors import shorten
 
 
 #: FedPAC's dominant-class groups by number of classes: 10 classes (Fashion-MNIST, CIFAR-10,
@@ -81,7 +82,7 @@ def check(p: dict, num_classes: int | None) -> None:
     need_int("dominant", "samples_per_client", p["samples_per_client"], 1)
     s = p["s"]
     if not is_real(s) or not 0 <= s <= 1:
-        raise PartitionError(f"s={s!r} is invalid for kind 'dominant': it must be a number in [0, 1].", param="s")
+        raise PartitionError(f"s={shorten(s)} is invalid for kind 'dominant': it must be a number in [0, 1].", param="s")
     groups = p["groups"]
     if groups is None:
         if num_classes is not None and num_classes not in DEFAULT_GROUPS:
@@ -92,16 +93,16 @@ def check(p: dict, num_classes: int | None) -> None:
             )
     else:
         if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or len(groups) == 0:
-            raise PartitionError(f"groups={groups!r} is invalid: it must be a non-empty list of lists of class ids.",
+            raise PartitionError(f"groups={shorten(groups)} is invalid: it must be a non-empty list of lists of class ids.",
                                  param="groups")
         for g in groups:
             need_int_list("dominant", "groups", g, 0)
             if len(set(int(x) for x in g)) != len(g):
-                raise PartitionError(f"groups={groups!r} is invalid: a group lists class {g} with repeats.",
+                raise PartitionError(f"groups={shorten(groups)} is invalid: a group lists class {g} with repeats.",
                                      param="groups")
             if num_classes is not None and max(g) >= num_classes:
                 raise PartitionError(
-                    f"groups={groups!r} is invalid: class {max(g)} does not exist (num_classes={num_classes}).",
+                    f"groups={shorten(groups)} is invalid: class {max(g)} does not exist (num_classes={num_classes}).",
                     param="groups",
                 )
     if p["size_choices"] is not None:

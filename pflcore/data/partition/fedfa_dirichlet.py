@@ -5,6 +5,7 @@ authors made it with FedLab's hetero-Dirichlet partitioner, minimum client size 
 from __future__ import annotations
 
 from .common import (
+    MAX_RETRIES,
     Context,
     PartitionError,
     PartitionKind,
@@ -16,6 +17,7 @@ from .common import (
 )
 from .fedfa_shards import proportional_test
 from .pfllib_dirichlet import capped_dirichlet
+from ...errors import shorten
 
 
 def partition(
@@ -55,9 +57,9 @@ def check(p: dict, num_classes: int | None) -> None:
     k = "fedfa_dirichlet"
     alpha = p["alpha"]
     if not is_real(alpha) or alpha <= 0:
-        raise PartitionError(f"alpha={alpha!r} is invalid for kind {k!r}: it must be a number > 0.", param="alpha")
+        raise PartitionError(f"alpha={shorten(alpha)} is invalid for kind {shorten(k)}: it must be a number > 0.", param="alpha")
     need_int(k, "min_size", p["min_size"], 0)
-    need_int(k, "max_retries", p["max_retries"], 1)
+    need_int(k, "max_retries", p["max_retries"], 1, MAX_RETRIES)
     if p["test_fraction"] is not None:
         need_fraction(k, "test_fraction", p["test_fraction"])
     need_bool(k, "recycle", p["recycle"])

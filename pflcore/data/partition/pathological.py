@@ -29,6 +29,7 @@ from .common import (
     round_half_up,
     split_train_test,
 )
+from ...errors import shorten
 
 
 def partition(
@@ -155,7 +156,7 @@ def check(p: dict, num_classes: int | None) -> None:
         per_group = [int(c) for c in cpc]
     if num_classes is not None and max(per_group) > num_classes:
         raise PartitionError(
-            f"classes_per_client={cpc!r} is invalid: a client cannot hold more than "
+            f"classes_per_client={shorten(cpc)} is invalid: a client cannot hold more than "
             f"num_classes={num_classes} classes.",
             param="classes_per_client",
         )
@@ -181,7 +182,7 @@ def check(p: dict, num_classes: int | None) -> None:
         need_int(k, "samples_per_client", spc, 1)
         if p["on"] != "train":
             raise PartitionError(
-                f"on={p['on']!r} is invalid for kind 'pathological' with samples_per_client={spc}: "
+                f"on={shorten(p['on'])} is invalid for kind 'pathological' with samples_per_client={spc}: "
                 "on='union' requires samples_per_client=None.",
                 param="on",
             )

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .common import (
+    MAX_RETRIES,
     Context,
     PartitionError,
     PartitionKind,
@@ -17,6 +18,7 @@ from .common import (
     need_int,
     split_unstratified,
 )
+from ...errors import shorten
 
 
 def partition(
@@ -59,7 +61,7 @@ def capped_dirichlet(labels: np.ndarray, num_classes: int, n: int, alpha: float,
     total = labels.size
     if min_size * n > total:
         raise PartitionError(
-            f"{size_param}={min_size} is infeasible for kind {kind!r}: {n} clients x {min_size} samples "
+            f"{size_param}={min_size} is infeasible for kind {shorten(kind)}: {n} clients x {min_size} samples "
             f"exceed the {total} samples; lower {size_param} or num_clients.",
             param=size_param,
         )
@@ -97,9 +99,9 @@ def check(p: dict, num_classes: int | None) -> None:
     k = "pfllib_dirichlet"
     alpha = p["alpha"]
     if not is_real(alpha) or alpha <= 0:
-        raise PartitionError(f"alpha={alpha!r} is invalid for kind {k!r}: it must be a number > 0.", param="alpha")
+        raise PartitionError(f"alpha={shorten(alpha)} is invalid for kind {shorten(k)}: it must be a number > 0.", param="alpha")
     need_int(k, "least_samples", p["least_samples"], 0)
-    need_int(k, "max_retries", p["max_retries"], 1)
+    need_int(k, "max_retries", p["max_retries"], 1, MAX_RETRIES)
     need_fraction(k, "train_fraction", p["train_fraction"], closed_right=False)
 
 

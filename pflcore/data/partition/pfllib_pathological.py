@@ -18,6 +18,7 @@ from .common import (
     need_int,
     split_unstratified,
 )
+from ...errors import shorten
 
 
 def partition(
@@ -94,7 +95,7 @@ def check(p: dict, num_classes: int | None) -> None:
     need_int(k, "classes_per_client", p["classes_per_client"], 1)
     if num_classes is not None and p["classes_per_client"] > num_classes:
         raise PartitionError(
-            f"classes_per_client={p['classes_per_client']!r} is invalid: a client cannot hold more than "
+            f"classes_per_client={shorten(p['classes_per_client'])} is invalid: a client cannot hold more than "
             f"num_classes={num_classes} classes.",
             param="classes_per_client",
         )
