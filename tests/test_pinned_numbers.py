@@ -59,7 +59,7 @@ def _feed(h: "hashlib._Hash", value: Any) -> None:
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     elif isinstance(value, np.ndarray):
         a = np.ascontiguousarray(value)
         h.update(f"A{a.dtype}{a.shape}".encode())

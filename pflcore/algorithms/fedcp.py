@@ -35,7 +35,6 @@ per-sample s on any data (Fig. 5b).
 from __future__ import annotations
 
 import copy
-import math
 from typing import Mapping
 
 import torch
@@ -43,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INFERENCE_BATCH, INIT_KEY, derive_seed, generator_for, shuffled_batches
+from ..training import INFERENCE_BATCH, INIT_KEY, Batch, derive_seed, generator_for
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 from .losses import rbf_mmd
@@ -232,49 +231,46 @@ class FedCP(Algorithm):
         step = client.sgd(params)
         align = self.lam > 0
         lone_sample_breaks_norm = self.use_cpn and self.cpn_norm == "batch"
-        epochs = client.settings.epochs
-        per_epoch = max(1, math.ceil(client.num_samples / client.settings.batch_size))
-        total, steps = torch.zeros((), device=client.x.device), 0
-        s_sum, s_count = torch.zeros((), device=client.x.device), 0
+        last_epoch = client.settings.epochs - 1
+        shares = {"sum": torch.zeros((), device=client.x.device), "count": 0, "bank": None}
         # The frozen global body is the same for the whole round: without batch-dependent layers
         # its features are computed once, in large batches, and looked up per step.
         reference_all = self._reference_features(net.global_body, client) if align else None
-        index = torch.arange(client.num_samples, device=client.x.device)
-        bank, offset = None, 0
+
+        def train_step(batch: Batch) -> torch.Tensor | None:
+            if noise is not None and batch.start == 0:
+                # one draw per epoch, row j for the epoch's j-th sample: far fewer draws than per batch
+                shares["bank"] = logistic_noise((client.num_samples, model.feature_dim), noise, batch.x.device)
+            bank = shares["bank"]
+            eps = bank[batch.start:batch.start + batch.x.shape[0]] if bank is not None else None
+            if lone_sample_breaks_norm and batch.x.shape[0] < 2:
+                return None  # BatchNorm cannot normalise one sample in training (the authors' loader drops it)
+            with batch.precision():
+                logits, h, s = net.outputs(batch.x, noise=eps)
+                loss = F.cross_entropy(logits, batch.y)
+                if align:
+                    if reference_all is not None:
+                        reference = reference_all[batch.index]
+                    else:
+                        with torch.no_grad():
+                            reference = net.global_body(batch.x)
+                    loss = loss + self.lam * rbf_mmd(h, reference)
+            step(loss)
+            if s is not None and batch.epoch == last_epoch:  # the last local epoch (Fig. 5a)
+                shares["sum"] += s.detach().float().sum() / s.shape[1]
+                shares["count"] += s.shape[0]
+            return loss
+
         with client.trainable(net, params):
             net.global_body.train()
-            batches = shuffled_batches(client.x, index, epochs, client.settings.batch_size, client.generator)
-            for position, (xb, ib) in enumerate(batches):  # the batches client.batches() visits
-                if noise is not None and position % per_epoch == 0:
-                    # one draw per epoch, row j for the epoch's j-th sample: far fewer steps than per batch
-                    bank, offset = logistic_noise((client.num_samples, model.feature_dim), noise, xb.device), 0
-                eps = bank[offset:offset + xb.shape[0]] if bank is not None else None
-                offset += xb.shape[0]
-                if lone_sample_breaks_norm and xb.shape[0] < 2:
-                    continue  # BatchNorm cannot normalise one sample in training (the authors' loader drops it)
-                yb = client.y[ib]
-                with client.precision():
-                    logits, h, s = net.outputs(xb, noise=eps)
-                    loss = F.cross_entropy(logits, yb)
-                    if align:
-                        if reference_all is not None:
-                            reference = reference_all[ib]
-                        else:
-                            with torch.no_grad():
-                                reference = net.global_body(xb)
-                        loss = loss + self.lam * rbf_mmd(h, reference)
-                step(loss)
-                total += loss.detach()
-                if s is not None and position >= (epochs - 1) * per_epoch:  # the last local epoch (Fig. 5a)
-                    s_sum += s.detach().float().sum() / s.shape[1]
-                    s_count += s.shape[0]
-                steps += 1
+            loss = client.loop(train_step)
+        s_sum, s_count = shares["sum"], shares["count"]
         personal = client.state["head"] = snapshot(model.head)
         if self.cpn_input != "random":  # v_i is recomputed once the round's training is over
             client.state["context"] = model.head.weight.detach().sum(0, keepdim=True).clone()
         mixed = {k: 0.5 * v + 0.5 * payload["head"][k] for k, v in personal.items()}
         return {"body": snapshot(model.body), "head": mixed, "cpn": snapshot(cpn), "num_samples": client.num_samples,
-                "loss": float(total) / max(steps, 1), "pir": float(s_sum) / s_count if s_count else float("nan")}
+                "loss": loss, "pir": float(s_sum) / s_count if s_count else float("nan")}
 
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         noise = client.generator if self.gumbel_eval else None
