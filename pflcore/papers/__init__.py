@@ -27,4 +27,24 @@ def split_label(label: str) -> tuple[str, dict[str, Any]]:
     return method, params
 
 
-__all__ = ["split_label"]
+#: How tables and figures name each method (the papers' spelling), keyed by pflcore's id.
+DISPLAY_NAMES = {
+    "local": "Local", "fedavg": "FedAvg", "fedavg_ft": "FedAvg-FT", "fedper": "FedPer", "lg_fedavg": "LG-FedAvg",
+    "fedrep": "FedRep", "fedbabu": "FedBABU", "fedrod": "Fed-RoD", "knn_per": "kNN-Per", "apfl": "APFL",
+    "pfedme": "pFedMe", "ditto": "Ditto", "fedfomo": "FedFomo", "pfedhn": "pFedHN", "fedpac": "FedPAC",
+    "fedcp": "FedCP", "fedfa": "FedFA", "pfedfda": "pFedFDA", "fedprox": "FedProx", "scaffold": "SCAFFOLD",
+    "feddyn": "FedDyn", "moon": "MOON", "fedproc": "FedProc", "fedproto": "FedProto", "perfedavg": "Per-FedAvg",
+    "fedamp": "FedAMP", "fedphp": "FedPHP", "ccvr": "CCVR", "hypcluster": "HypCluster", "fedem": "FedEM",
+    "fedem_ft": "FedEM-FT",
+}
+
+
+def display_name(label: str) -> str:
+    """A row label as a reader expects it: ``"fedavg_ft"`` -> ``"FedAvg-FT"``,
+    ``"hypcluster k=3"`` -> ``"HypCluster k=3"``."""
+    method, _, rest = label.partition(" ")
+    name = DISPLAY_NAMES.get(method, method)
+    return f"{name} {rest}" if rest else name
+
+
+__all__ = ["DISPLAY_NAMES", "display_name", "split_label"]

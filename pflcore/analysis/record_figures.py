@@ -1,0 +1,61 @@
+"""Figures drawn from run records (the reproduction report): accuracy over rounds, the
+mean over the recorded seeds with a band from the lowest to the highest seed."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from ..papers import display_name  # noqa: E402
+
+#: Okabe-Ito's colour-blind-safe palette, then Paul Tol's muted one: 16 distinct colours.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+           "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255"]
+LINE_STYLES = ["-", "--", "-.", ":"]
+
+
+def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rounds, mean, lowest, highest) of a per-round metric over the records of one method."""
+    by_round: dict[int, list[float]] = {}
+    for record in runs:
+        for h in record["history"]:
+            value = h.get(key)
+            if isinstance(value, (int, float)):
+                by_round.setdefault(int(h["round"]), []).append(float(value))
+    rounds = np.array(sorted(r for r, v in by_round.items() if len(v) == len(runs)))
+    values = [by_round[r] for r in rounds]
+    return (rounds, np.array([np.mean(v) for v in values]), np.array([min(v) for v in values]),
+            np.array([max(v) for v in values]))
+
+
+def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: str = "acc_mean",
+                     title: str = "", ylabel: str = "accuracy (%)") -> Path:
+    """One line per method (display names, distinct colour and dash), saved to ``path``."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for i, (method, recs) in enumerate(runs.items()):
+        rounds, mean, low, high = seed_curve(recs, key)
+        if not len(rounds):
+            continue
+        colour = PALETTE[i % len(PALETTE)]
+        ax.plot(rounds, mean, color=colour, ls=LINE_STYLES[i % len(LINE_STYLES)], lw=1.6,
+                label=f"{display_name(method)} (n={len(recs)})")
+        if len(recs) > 1:
+            ax.fill_between(rounds, low, high, color=colour, alpha=0.15, lw=0)
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(title, fontsize=11)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2 if len(runs) > 6 else 1, loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,237 @@
+"""The reproduction report: a static HTML site built offline from the committed run records.
+
+``pflcore report`` (or :func:`build`) writes ``<out>/index.html`` (a status matrix over
+every table and figure of the four papers), one page per paper (each reproduced table:
+the paper's number, ours as mean +- std over the seeds recorded with n shown, the
+difference, the final and the best round, the evaluation protocol in words, the paper's
+claim checked, and figures drawn from the records), and the paper notebooks executed at
+their ``paper`` preset from the records (nbconvert's HTML), linked from the paper pages.
+Every number on a page comes from a record or from :mod:`pflcore.papers`; none is typed.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .. import records
+from ..papers import display_name
+from ..project import project_root
+from .catalogue import CATALOGUE, PAPERS, TABLES, TableSpec
+
+WITHIN_POINTS = 1.0  # "reproduced": within one std over seeds or within this many points of the paper
+
+
+# ---------------------------------------------------------------------- from records to cells
+@dataclass
+class Cell:
+    """One (column, method) of a table: the recorded seeds and what they give."""
+
+    column: str
+    method: str
+    runs: list[dict] = field(default_factory=list)  # records, one per seed
+    paper: float | None = None
+    paper_std: float | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    def values(self, key: str) -> np.ndarray:
+        return np.array([float(r["summary"].get(key, np.nan)) for r in sorted(self.runs, key=lambda r: r["seed"])])
+
+    def mean(self, key: str) -> float:
+        v = self.values(key)
+        return float(np.mean(v)) if len(v) else float("nan")
+
+    def std(self, key: str) -> float:
+        v = self.values(key)
+        return float(np.std(v, ddof=1)) if len(v) > 1 else float("nan")
+
+    def seeds(self) -> list[int]:
+        return sorted(r["seed"] for r in self.runs)
+
+
+def cells_of(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[tuple[str, str], Cell]:
+    """The table's cells from the records of its notebook, keyed (column, method)."""
+    cells: dict[tuple[str, str], Cell] = {}
+    for column in spec.columns:
+        paper, paper_std = spec.paper_numbers(column), spec.paper_stds(column)
+        for method in spec.rows:
+            cells[(column, method)] = Cell(column, method, paper=paper.get(method), paper_std=paper_std.get(method))
+    for _, record in found:
+        if record["notebook"] != spec.notebook:
+            continue
+        column, method = spec.column_of(record), spec.row_of(record)
+        if (column, method) in cells and spec.accepts(record):
+            cells[(column, method)].runs.append(record)
+    return cells
+
+
+def verdict(cell: Cell, metric: str) -> tuple[str, str]:
+    """("reproduced" | "differs" | "not run yet", the reason in words)."""
+    if not cell.n:
+        return "not run yet", ""
+    if cell.paper is None:
+        return "no paper number", ""
+    diff = cell.mean(metric) - cell.paper
+    spread = cell.std(metric)
+    tolerance = max(WITHIN_POINTS, spread if math.isfinite(spread) else 0.0)
+    if abs(diff) <= tolerance:
+        within = (f"within one std over seeds ({spread:.2f})" if math.isfinite(spread) and spread >= abs(diff)
+                  else f"within {WITHIN_POINTS:.1f} point")
+        return "reproduced", within
+    return "differs", f"{diff:+.2f} points"
+
+
+# ---------------------------------------------------------------------- claims
+def paired_t(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Two-sided p-value of the paired t-test over seeds (None with fewer than 2 pairs or
+    no variation)."""
+    from scipy import stats
+
+    if len(a) < 2 or len(a) != len(b) or np.allclose(a - b, (a - b)[0]):
+        return None
+    return float(stats.ttest_rel(a, b).pvalue)
+
+
+def seed_matched(x: Cell, y: Cell, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    common = sorted(set(x.seeds()) & set(y.seeds()))
+    pick = lambda c: np.array([float(next(r for r in c.runs if r["seed"] == s)["summary"][metric]) for s in common])
+    return pick(x), pick(y)
+
+
+def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
+    """Whether ``method`` has the best mean in ``column`` (claims of FedPAC and FedCP); a
+    rival within one std is tested paired over seeds."""
+    mine = cells[(column, method)]
+    others = [c for (col, m), c in cells.items() if col == column and m != method and c.n]
+    if not mine.n or not others:
+        return {"status": "not run yet", "text": "not enough records yet"}
+    best_other = max(others, key=lambda c: c.mean(metric))
+    lead = mine.mean(metric) - best_other.mean(metric)
+    text = (f"{display_name(method)} {mine.mean(metric):.2f} (n={mine.n}) against the best other, "
+            f"{display_name(best_other.method)} {best_other.mean(metric):.2f} (n={best_other.n}): "
+            f"{lead:+.2f} points")
+    close = [c for c in others if abs(mine.mean(metric) - c.mean(metric)) <= max(mine.std(metric) or 0, 0)]
+    for rival in close:
+        a, b = seed_matched(mine, rival, metric)
+        p = paired_t(a, b)
+        text += (f"; paired over {len(a)} seeds against {display_name(rival.method)}: "
+                 + (f"p = {p:.3f}" if p is not None else "too few seeds for a test"))
+    complete = all(c.n for (col, m), c in cells.items() if col == column)
+    status = "holds" if lead > 0 else "does not hold"
+    if not complete:
+        status += " so far"
+    return {"status": status, "text": text}
+
+
+# ---------------------------------------------------------------------- building
+def build(out: str | Path = "outputs/report", root: str | Path | None = None, execute: bool = True,
+          log=print) -> Path:
+    """Build the site into ``out`` from the records under ``root/reproductions``; returns
+    the path of ``index.html``. ``execute``: also run the paper notebooks from the records
+    (papermill) and include them as HTML."""
+    from ..analysis.record_figures import plot_seed_curves
+    from .pages import Page, render_index, render_paper
+
+    t0 = time.perf_counter()
+    root = project_root(root)
+    out = Path(out) if Path(out).is_absolute() else root / out
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "figures").mkdir(parents=True)
+    found = records.all_records(root / records.RECORDS_FOLDER)
+    log(f"report: {len(found)} records under {root / records.RECORDS_FOLDER}")
+    pages: dict[str, Page] = {paper: Page(paper, PAPERS[paper]) for paper in PAPERS}
+    table_status: dict[tuple[str, str], tuple[str, str]] = {}
+    for spec in TABLES:
+        cells = cells_of(spec, found)
+        figures = []
+        for column in spec.columns:
+            runs = {m: cells[(column, m)].runs for m in spec.rows if cells[(column, m)].n}
+            if not runs:
+                continue
+            name = f"{spec.paper}-{spec.id}-{_slug(column)}-curves.png"
+            plot_seed_curves(runs, out / "figures" / name, key=spec.curve_key,
+                             title=f"{spec.title}: {spec.column_title(column)}", ylabel=spec.curve_label)
+            figures.append((f"figures/{name}", f"{spec.column_title(column)}: {spec.curve_label} over rounds, "
+                                                f"mean over the recorded seeds (band: lowest to highest seed)"))
+        claim = spec.claim(cells) if spec.claim else None
+        notebooks_html = execute_notebooks(spec, cells, root, out, log) if execute else []
+        pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html))
+        table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
+    for page in pages.values():
+        (out / f"{page.paper}.html").write_text(render_paper(page, verdict), encoding="utf-8")
+    index = out / "index.html"
+    index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0), encoding="utf-8")
+    log(f"report: {index} ({time.perf_counter() - t0:.0f} s)")
+    return index
+
+
+def _table_status(spec: TableSpec, cells: dict[tuple[str, str], Cell]) -> tuple[str, str]:
+    verdicts = [verdict(c, spec.metric)[0] for c in cells.values()]
+    ran = [v for v in verdicts if v in ("reproduced", "differs")]
+    total = len(verdicts)
+    if not ran:
+        return "not run yet", f"0 of {total} rows recorded"
+    seeds = min((c.n for c in cells.values() if c.n), default=0)
+    differs = verdicts.count("differs")
+    done = f"{len(ran)} of {total} rows recorded (at least {seeds} seed{'s' if seeds != 1 else ''} each)"
+    if differs:
+        return "differs", f"{differs} of {len(ran)} recorded rows differ (see the paper's page); {done}"
+    return "reproduced", f"every recorded row within one std over seeds or {WITHIN_POINTS:.1f} point; {done}"
+
+
+def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root: Path, out: Path,
+                      log) -> list[tuple[str, str]]:
+    """Run the table's notebook at the paper preset, narrowed to what is recorded (one
+    execution per column, first recorded seed), reading every run from its record; each
+    executed copy becomes an HTML page. Returns (href, caption) pairs."""
+    from ..notebooks import run_notebooks
+    from .pages import notebook_html
+
+    pages = []
+    for column in spec.columns:
+        recorded = [m for m in spec.rows if cells[(column, m)].n]
+        if not recorded:
+            continue
+        seed = min(min(cells[(column, m)].seeds()) for m in recorded)
+        methods = [m for m in recorded if seed in cells[(column, m)].seeds()]
+        overrides = {**spec.narrow(column, methods, seed), "quiet": True,
+                     "figures_dir": str(out / "notebook-figures" / spec.notebook / _slug(column))}
+        target = out / "notebooks"
+        [ran] = run_notebooks("paper", target, only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
+                              overrides=overrides, log=lambda *a, **k: None)
+        name = f"{spec.notebook.replace('/', '-')}-{_slug(column)}.html"
+        if ran.status != "ok":
+            log(f"report: {spec.notebook} ({column}) failed: {ran.error}")
+            continue
+        (out / name).write_text(notebook_html(Path(ran.output)), encoding="utf-8")
+        pages.append((name, f"{spec.notebook} at the paper preset, {spec.column_title(column)}, seed {seed}, "
+                            f"{len(methods)} recorded method(s), read from their records"))
+        log(f"report: executed {spec.notebook} ({column}) from records in {ran.seconds:.0f} s")
+    return pages
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in str(text)).strip("-").lower()
+
+
+def escape(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, indent=1, default=str)
+
+
+__all__ = ["Cell", "build", "cells_of", "first_place", "paired_t", "verdict"]

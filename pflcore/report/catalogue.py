@@ -1,0 +1,258 @@
+"""What the report covers: every table and figure of the four papers (the status matrix),
+and the tables reproduced from records, each with its paper numbers, its evaluation
+protocol in words, the notebook that runs it and the paper's claim to check."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..papers import display_name
+from ..papers.fedcp import FEDCP_TABLE2
+from ..papers.fedfa import FEDFA_TABLE2, FEDFA_TABLE2_STD
+from ..papers.fedpac import FEDPAC_TABLE1
+from ..papers.pfedfda import PFEDFDA_TABLE1, PFEDFDA_TABLE1_STD
+
+PAPERS = {
+    "fedpac": "FedPAC: Personalized Federated Learning with Feature Alignment and Classifier Collaboration "
+              "(Xu, Tong, Huang; ICLR 2023)",
+    "fedcp": "FedCP: Separating Feature Information for Personalized Federated Learning via Conditional Policy "
+             "(Zhang et al.; KDD 2023)",
+    "fedfa": "FedFA: Federated Learning with Feature Anchors (Zhou, Zhang, Tsang)",
+    "pfedfda": "pFedFDA: Personalized Federated Learning via Feature Distribution Adaptation (NeurIPS 2024)",
+}
+
+#: The datasets this machine has (everything else cannot run here).
+AVAILABLE = {"fmnist", "mnist", "digits"}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One table or figure of a paper, for the status matrix."""
+
+    paper: str
+    id: str
+    what: str
+    datasets: tuple[str, ...]
+    notebook: str
+
+    @property
+    def runnable_here(self) -> bool:
+        return bool(set(self.datasets) & AVAILABLE)
+
+
+_F, _C, _A, _D = "fedpac", "fedcp", "fedfa", "pfedfda"
+CATALOGUE: list[Item] = [
+    Item(_F, "T1", "main comparison, 15 methods", ("emnist", "fmnist", "cifar10", "cinic10"), "fedpac/t1_main"),
+    Item(_F, "T2", "ablation: feature alignment / classifier collaboration", ("emnist", "fmnist", "cifar10", "cinic10"),
+         "fedpac/t2_ablation"),
+    Item(_F, "F1", "accuracy against heterogeneity and local data size", ("cifar10",), "fedpac/f1_heterogeneity"),
+    Item(_F, "T3", "concept shift (label permutation per group)", ("fmnist", "cifar10"), "fedpac/t3_concept_shift"),
+    Item(_F, "C1", "combination-weight heatmaps", ("emnist", "cifar10"), "fedpac/c1_weight_heatmaps"),
+    Item(_F, "C2", "accuracy curves over rounds", ("emnist", "fmnist", "cifar10", "cinic10"), "fedpac/t1_main"),
+    Item(_F, "C3", "local epochs", ("cifar10",), "fedpac/c3_local_epochs"),
+    Item(_F, "T4", "single and multiple global models", ("fmnist", "cifar10"), "fedpac/c4_global_models"),
+    Item(_F, "T5", "prototypes without a shared body", ("fmnist", "cifar10"), "fedpac/c5_fedproto"),
+    Item(_F, "T6", "quantity skew", ("fmnist", "cifar10"), "fedpac/c6_quantity_skew"),
+    Item(_F, "T7", "pathological class sets", ("cifar10",), "fedpac/c7_pathological"),
+    Item(_F, "T8", "Dirichlet, 100 clients", ("fmnist", "cifar10"), "fedpac/c8_dirichlet"),
+    Item(_F, "T9", "1,000 clients x 50 samples", ("cifar10",), "fedpac/c9_many_clients"),
+    Item(_F, "T10", "feature skew by rotation", ("fmnist",), "fedpac/c10_rotation"),
+    Item(_C, "T2", "main comparison (pathological and practical)",
+         ("mnist", "cifar10", "cifar100", "tiny", "agnews"), "fedcp/t2_main"),
+    Item(_C, "T1", "module ablation", ("tiny",), "fedcp/t1_ablation"),
+    Item(_C, "T3", "time and iterations to converge", ("tiny",), "fedcp/t6_local_epochs"),
+    Item(_C, "T4", "heterogeneity and scalability", ("tiny", "agnews", "cifar100"), "fedcp/t4_heterogeneity_scalability"),
+    Item(_C, "T5", "partial participation", ("cifar100",), "fedcp/t4_heterogeneity_scalability"),
+    Item(_C, "T6", "local epochs", ("cifar10",), "fedcp/t6_local_epochs"),
+    Item(_C, "T7", "client drop-out", ("cifar100",), "fedcp/t7_dropout"),
+    Item(_C, "T8", "lambda sensitivity", ("tiny",), "fedcp/t8_lambda"),
+    Item(_C, "F5", "policy (PIR) curves and per-client policies", ("tiny",), "fedcp/f5_policy"),
+    Item(_C, "T9", "DLG attack PSNR", ("cifar100",), "fedcp/t9_dlg"),
+    Item(_C, "T10", "CPN design variants", ("tiny",), "fedcp/t10_cpn_variants"),
+    Item(_C, "F7-11", "data-distribution plots", ("mnist", "cifar10", "cifar100", "tiny", "agnews"),
+         "fedcp/data_distribution"),
+    Item(_A, "T2", "label skew #C=2, Dir(0.1), Dir(0.5)", ("fmnist", "cifar10", "cifar100"), "fedfa/t2_label_skew"),
+    Item(_A, "T1", "feature skew", ("emnist", "digit5"), "fedfa/t1_feature_skew"),
+    Item(_A, "F2", "t-SNE and cosine similarities of client features", ("fmnist", "digit5"), "fedfa/f2_tsne"),
+    Item(_A, "F3", "local epochs, batch size, sample rate", ("cifar10",), "fedfa/f3_local_epochs_batch_rate"),
+    Item(_A, "F4", "feature distance and classifier-update similarity", ("fmnist", "digit5"),
+         "fedfa/f4_feature_distance"),
+    Item(_A, "T3", "ablation", ("fmnist", "digit5"), "fedfa/t3_ablation"),
+    Item(_A, "T5", "when to calibrate", ("fmnist",), "fedfa/t5_calibration_timing"),
+    Item(_A, "T6-7", "anchor momentum and initialisation", ("fmnist",), "fedfa/t6_momentum_initialisation"),
+    Item(_A, "T8", "rounds to target accuracy", ("fmnist", "cifar10", "cifar100"), "fedfa/t8_rounds_to_target"),
+    Item(_D, "T1", "covariate shift and data scarcity", ("cifar10", "cifar100"), "pfedfda/t1_covariate_shift"),
+    Item(_D, "T2", "moderate settings", ("emnist", "cifar10", "cifar100", "tiny"), "pfedfda/t2_moderate"),
+    Item(_D, "T3", "extreme scarcity", ("cifar10", "cifar100"), "pfedfda/t3_extreme_scarcity"),
+    Item(_D, "T4", "new clients with corruptions", ("cifar10",), "pfedfda/t4_new_clients"),
+    Item(_D, "T5", "beta strategy", ("cifar100",), "pfedfda/t5_beta_strategy"),
+    Item(_D, "F2", "beta per client against its corruption", ("cifar10",), "pfedfda/f2_beta_vs_corruption"),
+    Item(_D, "T6", "runtime", ("cifar10",), "pfedfda/t6_runtime"),
+    Item(_D, "T7", "multi-domain DIGIT-5", ("digit5",), "pfedfda/t7_multi_domain"),
+    Item(_D, "F4", "local epochs", ("cifar100",), "pfedfda/f4_local_epochs"),
+    Item(_D, "T8", "communication per round", ("cifar10",), "pfedfda/t8_communication"),
+]
+
+
+def _first_place(column: str, method: str, metric: str) -> Callable[[dict], dict]:
+    def check(cells: dict) -> dict:
+        from . import first_place
+
+        return first_place(cells, column, method, metric)
+    return check
+
+
+def _lead(method: str, over: str, columns: tuple[str, ...], metric: str, expected: float) -> Callable[[dict], dict]:
+    """FedFA's claim: ``method`` ahead of ``over`` by about ``expected`` points in ``columns``."""
+    def check(cells: dict) -> dict:
+        from . import paired_t, seed_matched
+
+        parts, holds, complete = [], True, True
+        for column in columns:
+            a, b = cells[(column, method)], cells[(column, over)]
+            if not a.n or not b.n:
+                complete = False
+                parts.append(f"{column}: not recorded yet")
+                continue
+            lead = a.mean(metric) - b.mean(metric)
+            x, y = seed_matched(a, b, metric)
+            p = paired_t(x, y)
+            parts.append(f"{column}: {lead:+.2f} points (n = {a.n} / {b.n}"
+                         + (f", paired t over seeds p = {p:.3f}" if p is not None else "") + ")")
+            holds = holds and lead > 0
+        status = ("holds" if holds else "does not hold") if any(cells[(c, method)].n for c in columns) else "not run yet"
+        if status != "not run yet" and not complete:
+            status += " so far"
+        return {"status": status, "text": f"{display_name(method)} over {display_name(over)} (the paper: about "
+                                          f"{expected:.0f} points): " + "; ".join(parts)}
+    return check
+
+
+def _scarcity_gain(cells: dict) -> dict:
+    """pFedFDA's claim: it gains most over the baselines under scarcity (25%) and shift."""
+    parts, gains = [], {}
+    for column in ("25", "100"):
+        mine = cells[(column, "pfedfda")]
+        others = [c for (col, m), c in cells.items() if col == column and m != "pfedfda" and c.n]
+        if not mine.n or not others:
+            parts.append(f"{column}%: not recorded yet")
+            continue
+        best = max(others, key=lambda c: c.mean("acc_mean"))
+        gains[column] = mine.mean("acc_mean") - best.mean("acc_mean")
+        parts.append(f"{column}%: pFedFDA {mine.mean('acc_mean'):.2f} against the best other, "
+                     f"{display_name(best.method)} {best.mean('acc_mean'):.2f} ({gains[column]:+.2f})")
+    if len(gains) < 2:
+        return {"status": "not run yet" if not gains else "incomplete", "text": "; ".join(parts)}
+    holds = gains["25"] > 0 and gains["25"] > gains["100"]
+    return {"status": "holds" if holds else "does not hold",
+            "text": "; ".join(parts) + ". Here the dataset is Fashion-MNIST-S, not the paper's CIFAR10-S."}
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A paper table the report reproduces from records."""
+
+    paper: str
+    id: str
+    title: str
+    notebook: str
+    metric: str  # the summary key the paper's number compares with
+    metric_words: str
+    columns: tuple[str, ...]
+    rows: tuple[str, ...]
+    paper_table: Callable[[str], dict]
+    paper_std_table: Callable[[str], dict]
+    column_of: Callable[[dict], str]
+    column_title: Callable[[str], str]
+    narrow: Callable[[str, list, int], dict]
+    protocol: str
+    accepts: Callable[[dict], bool] = lambda record: True
+    claim: Callable[[dict], dict] | None = None
+    claim_words: str = ""
+    comparable: bool = True  # False: the paper's number is for another dataset (shown as a reference)
+    note: str = ""
+    curve_key: str = "acc_mean"
+    curve_label: str = "mean client accuracy (%)"
+
+    def paper_numbers(self, column: str) -> dict:
+        return self.paper_table(column) or {}
+
+    def paper_stds(self, column: str) -> dict:
+        return self.paper_std_table(column) or {}
+
+    def row_of(self, record: dict) -> str:
+        return record["config"]["method"]
+
+
+_FEDPAC_T1_ROWS = ("local", "fedavg", "fedavg_ft", "fedper", "lg_fedavg", "fedrep", "fedbabu", "fedrod", "knn_per",
+                   "apfl", "pfedme", "ditto", "fedfomo", "pfedhn", "fedpac")
+
+
+def _fedfa_column(record: dict) -> str:
+    p = record["config"]["partition"]
+    if p.get("kind") == "fedfa_shards":
+        return "c2"
+    return f"dir{p.get('alpha')}" if p.get("kind") == "fedfa_dirichlet" else str(p.get("kind"))
+
+
+def _pfedfda_column(record: dict) -> str:
+    share = record["config"]["partition"].get("subsample", 1.0)
+    return str(int(round(100 * share)))
+
+
+TABLES: list[TableSpec] = [
+    TableSpec(
+        _F, "T1", "FedPAC Table 1, Fashion-MNIST, 20 clients", "fedpac/t1_main", "acc_mean",
+        "final round, mean over clients", ("fmnist 20",), _FEDPAC_T1_ROWS,
+        lambda c: FEDPAC_TABLE1["fmnist"][20], lambda c: {},
+        lambda r: f"{r['config']['dataset']} {r['config']['num_clients']}", lambda c: "Fashion-MNIST, 20 clients",
+        lambda column, methods, seed: {"methods": methods, "seed": seed},
+        "Each client's own predictor (its personalised model; the global model for FedAvg) scored on its own test "
+        "split (drawn with the same label distribution as its training split), at the final round (200); the "
+        "number is the unweighted mean over the 20 clients, as the paper reports.",
+        accepts=lambda r: r["config"]["rounds"] == 200,
+        claim=_first_place("fmnist 20", "fedpac", "acc_mean"), claim_words="FedPAC is first in the column."),
+    TableSpec(
+        _C, "T2", "FedCP Table 2, MNIST practical (the authors' Dir(0.1) partition)", "fedcp/t2_main",
+        "best_acc_weighted", "best evaluated round, pooled over clients", ("practical mnist",),
+        ("fedavg", "ditto", "fedrep", "fedrod", "fedcp"),
+        lambda c: FEDCP_TABLE2["practical"]["mnist"], lambda c: {},
+        lambda r: "practical mnist", lambda c: "MNIST, practical setting, 20 clients",
+        lambda column, methods, seed: {"methods": methods, "seeds": [seed], "rounds": 300},
+        "The paper's metric: every client's personalised model scored on its own test split, the correct "
+        "predictions pooled over all clients' test samples (sample-weighted), at the best evaluated round "
+        "(evaluated every round). pflcore's one evaluation (final round, unweighted mean over clients) is shown "
+        "beside it. Here 300 rounds; the paper ran 2,000.",
+        accepts=lambda r: r["config"]["rounds"] == 300,
+        claim=_first_place("practical mnist", "fedcp", "best_acc_weighted"),
+        claim_words="FedCP is ahead of every baseline on MNIST.", curve_key="acc_weighted",
+        curve_label="pooled accuracy (%)"),
+    TableSpec(
+        _A, "T2", "FedFA Table 2, Fashion-MNIST label skew", "fedfa/t2_label_skew", "global_test_acc",
+        "final global model on the whole test set", ("c2", "dir0.1", "dir0.5"), ("fedavg", "fedfa"),
+        lambda c: FEDFA_TABLE2.get(c, {}), lambda c: FEDFA_TABLE2_STD.get(c, {}),
+        _fedfa_column, lambda c: {"c2": "#C = 2", "dir0.1": "Dir(0.1)", "dir0.5": "Dir(0.5)"}.get(c, c),
+        lambda column, methods, seed: {"settings": [column], "methods": methods, "seeds": [seed]},
+        "The paper's metric: the final (round 200) global model scored on the dataset's whole test set; 100 "
+        "clients, 10 per round, E = 5, batch 64. The paper reports mean +- std over its seeds 2021-2023, which "
+        "the campaign uses too.",
+        accepts=lambda r: r["config"]["rounds"] == 200,
+        claim=_lead("fedfa", "fedavg", ("c2", "dir0.1"), "global_test_acc", 10.0),
+        claim_words="FedFA is ahead of FedAvg by about 10 points under #C = 2 and Dir(0.1).",
+        curve_key="acc_weighted", curve_label="pooled accuracy of the global model (%)"),
+    TableSpec(
+        _D, "T1", "pFedFDA Table 1, covariate shift and scarcity (Fashion-MNIST-S here)",
+        "pfedfda/t1_covariate_shift", "acc_mean", "final round, mean over clients", ("25", "100"),
+        ("local", "fedavg_ft", "ditto", "fedpac", "pfedfda"),
+        lambda c: PFEDFDA_TABLE1[f"cifar10-s {c}"], lambda c: PFEDFDA_TABLE1_STD[f"cifar10-s {c}"],
+        _pfedfda_column, lambda c: f"{c}% of the training samples",
+        lambda column, methods, seed: {"sample_percents": [int(column)], "methods": methods, "seed": seed},
+        "Each client's personalised model scored on its own test split at the final round (200), unweighted mean "
+        "over the 100 clients; half of the clients' images are corrupted (the '-S' shift). The paper's numbers are "
+        "for CIFAR10-S, which cannot be had here: they are shown as a reference, not as a target.",
+        accepts=lambda r: r["config"]["rounds"] == 200,
+        claim=_scarcity_gain, claim_words="pFedFDA gains most under scarcity and covariate shift.",
+        comparable=False),
+]

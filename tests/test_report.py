@@ -1,0 +1,135 @@
+"""The reproduction report (pflcore.report): cells and verdicts from records on small
+hand-checkable cases, the claims, and the site built from the shipped records and opened
+in a real browser (Debian's chromium through Selenium): every page loads, every figure
+renders, no local link is broken. Screenshots go to outputs/report/."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from pflcore import records
+from pflcore.report import Cell, build, cells_of, first_place, verdict
+from pflcore.report.catalogue import CATALOGUE, TABLES
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "outputs" / "report-screenshots"
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+T1 = next(t for t in TABLES if t.notebook == "fedpac/t1_main")
+
+
+def record(notebook: str, method: str, seed: int, acc: float, **config) -> dict:
+    """A minimal valid record of a 3-round run whose final mean accuracy is ``acc``."""
+    history = [{"round": r, "train_loss": 1.0 / r, "acc_mean": acc - 3 + r, "acc_std": 1.0,
+                "acc_weighted": acc - 3 + r} for r in (1, 2, 3)]
+    summary = {"acc_mean": acc, "acc_std": 1.0, "acc_weighted": acc, "best_acc_mean": acc, "best_round": 3,
+               "best_acc_weighted": acc, "rounds": 200, "seconds": 60.0}
+    cfg = {"method": method, "dataset": "fmnist", "num_clients": 20, "rounds": 200, "seed": seed,
+           "partition": {"kind": "dominant"}, **config}
+    return {"schema": records.SCHEMA, "schema_version": records.SCHEMA_VERSION, "notebook": notebook,
+            "fingerprint": f"{method[:4]}{seed:06d}", "seed": seed, "config": cfg,
+            "provenance": {"seconds_per_round": 0.3, "git_commit": "0" * 40}, "summary": summary,
+            "history": history, "clients": {"final": [acc / 100] * 2, "history": [[0.5, 0.5]] * 3,
+                                            "eval_rounds": [1, 2, 3]},
+            "arrays": {}, "notes": []}
+
+
+def test_cells_group_records_by_column_and_method_with_mean_and_std_over_seeds():
+    found = [(Path(f"{m}{s}.json"), record("fedpac/t1_main", m, s, a))
+             for m, s, a in [("fedpac", 0, 91.0), ("fedpac", 1, 93.0), ("fedavg", 0, 85.0),
+                             ("fedavg", 1, 87.0), ("fedpac", 2, 92.0)]]
+    found.append((Path("other.json"), record("fedfa/t2_label_skew", "fedpac", 3, 10.0)))  # another notebook
+    cells = cells_of(T1, found)
+    fedpac = cells[("fmnist 20", "fedpac")]
+    assert fedpac.n == 3 and fedpac.seeds() == [0, 1, 2]
+    assert fedpac.mean("acc_mean") == pytest.approx(92.0)
+    assert fedpac.std("acc_mean") == pytest.approx(1.0)  # sample std of 91, 93, 92
+    assert cells[("fmnist 20", "pfedme")].n == 0
+    assert verdict(fedpac, "acc_mean")[0] == "reproduced"  # the paper: 91.83
+    assert verdict(cells[("fmnist 20", "pfedme")], "acc_mean")[0] == "not run yet"
+    claim = first_place(cells, "fmnist 20", "fedpac", "acc_mean")
+    assert claim["status"] == "holds so far" and "+6.00 points" in claim["text"]
+
+
+def test_verdict_uses_one_std_over_seeds_or_one_point():
+    far = Cell("c", "m", runs=[record("n", "m", s, a) for s, a in [(0, 80.0), (1, 84.0)]], paper=85.0)
+    assert verdict(far, "acc_mean") == ("differs", "-3.00 points")  # std 2.83 < 3.00
+    wide = Cell("c", "m", runs=[record("n", "m", s, a) for s, a in [(0, 78.0), (1, 86.0)]], paper=84.0)
+    status, why = verdict(wide, "acc_mean")
+    assert status == "reproduced" and "std" in why  # diff -2.0 within std 5.66
+    near = Cell("c", "m", runs=[record("n", "m", 0, 84.5)], paper=85.0)
+    assert verdict(near, "acc_mean")[0] == "reproduced" and not math.isfinite(near.std("acc_mean"))
+
+
+def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
+    notebooks = {p.relative_to(ROOT / "notebooks").with_suffix("").as_posix()
+                 for p in (ROOT / "notebooks").glob("*/*.ipynb") if p.parent.name in ("fedpac", "fedcp", "fedfa",
+                                                                                       "pfedfda")}
+    assert {i.notebook for i in CATALOGUE} <= notebooks
+    assert notebooks - {i.notebook for i in CATALOGUE} == set(), "a paper notebook missing from the status matrix"
+    for spec in TABLES:
+        assert len(spec.protocol.split()) > 20 and spec.notebook in notebooks
+
+
+def _require_browser():
+    missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not found]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium")
+    if missing:
+        message = f"the report's browser test needs {', '.join(missing)} (bash .ci/setup installs them)"
+        if __import__("os").environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.mark.slow
+def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(tmp_path):
+    _require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    shipped = records.all_records(ROOT / "reproductions")
+    index = build(tmp_path / "site", root=ROOT, execute=bool(shipped))
+    pages = sorted(index.parent.glob("*.html"))
+    assert {p.name for p in pages} >= {"index.html", "fedpac.html", "fedcp.html", "fedfa.html", "pfedfda.html"}
+    text = index.read_text()
+    assert f"{len(shipped)} run records" in text
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1300,1600",
+                 "--disable-gpu"):
+        options.add_argument(flag)
+    service = Service(CHROMEDRIVER)
+    driver = webdriver.Chrome(service=service, options=options)
+    try:
+        for page in pages:
+            driver.get(page.as_uri())
+            assert driver.execute_script("return document.readyState") == "complete"
+            assert driver.find_elements(By.TAG_NAME, "h1"), f"{page.name} has no heading"
+            for img in driver.find_elements(By.TAG_NAME, "img"):
+                width = driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img)
+                assert width and width > 100, f"{page.name}: figure {img.get_attribute('src')} did not render"
+            for link in driver.find_elements(By.TAG_NAME, "a"):
+                href = link.get_attribute("href") or ""
+                if href.startswith("file://"):
+                    target = Path(unquote(urlparse(href).path))
+                    assert target.exists(), f"{page.name}: broken link {href}"
+            driver.save_screenshot(str(SHOTS / f"{page.stem}.png"))
+    finally:
+        driver.quit()
+        service.stop()
+    if shipped:  # the paper pages show the recorded runs, n and the paper's numbers
+        notebooks = {r["notebook"] for _, r in shipped}
+        for spec in TABLES:
+            if spec.notebook in notebooks:
+                page = (index.parent / f"{spec.paper}.html").read_text()
+                assert spec.title in page and "Protocol." in page
