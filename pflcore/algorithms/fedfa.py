@@ -68,7 +68,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models import SplitModel
-from ..training import INIT_KEY, SGDStep, TrainSettings, generator_for
+from ..training import INIT_KEY, Batch, SGDStep, TrainSettings, generator_for
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
@@ -241,42 +241,47 @@ class FedFA(Algorithm):
         with_anchor_loss = float(self.mu) > 0 and not (self.initialization == "fedavg_round" and client.round == 0)
         mu, m = float(self.mu), float(self.anchor_momentum)
         own = (client.class_counts() > 0).to(device)[:, None]
-        moving = anchors.clone()
-        total, steps = torch.zeros((), device=device), 0
+        # per epoch and class: the sum of the class's batch means and the batches holding it
+        epoch = {"sums": torch.zeros_like(anchors), "holding": torch.zeros(num_classes, device=device), "batches": 0,
+                 "moving": anchors.clone()}
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            with batch.precision():
+                f = model.body(batch.x)
+                logits = model.head(f)
+            f = f.float()
+            loss = F.cross_entropy(logits.float(), batch.y)
+            counts = torch.bincount(batch.y, minlength=num_classes)
+            if with_anchor_loss:
+                loss = loss + mu * anchor_loss(f, batch.y, anchors, counts)
+            step(loss)
+            if calibrate is not None and self.calibration == "batch":
+                calibrate()
+            if self.anchor_update:
+                with torch.no_grad():
+                    class_sums = torch.zeros_like(anchors).index_add_(0, batch.y, f.detach())
+                    epoch["sums"] += class_sums / counts.clamp(min=1)[:, None]
+                    epoch["holding"] += counts > 0
+            epoch["batches"] += 1
+            return loss
+
+        def end_of_epoch(_: int) -> None:
+            """Algorithm 1's anchor update from the epoch's class means, then the epoch-end
+            calibration (Table 5's "epoch" timing)."""
+            if self.anchor_update and epoch["batches"]:
+                holding = epoch["holding"]
+                divisor = torch.full_like(holding, epoch["batches"]) if self.upstream_anchor_division \
+                    else holding.clamp(min=1)
+                means = epoch["sums"] / divisor[:, None]
+                epoch["moving"] = torch.where(own, m * epoch["moving"] + (1 - m) * means, epoch["moving"])
+            epoch.update(sums=torch.zeros_like(anchors), holding=torch.zeros(num_classes, device=device), batches=0)
+            if calibrate is not None and self.calibration == "epoch":
+                calibrate()
+
         with client.trainable(model, params):
-            for _ in range(client.settings.epochs):
-                sums = torch.zeros_like(anchors)   # per class: the sum of its batch means
-                holding = torch.zeros(num_classes, device=device)  # per class: batches holding it
-                batches = 0
-                for x, y in client.batches(epochs=1):
-                    with client.precision():
-                        f = model.body(x)
-                        logits = model.head(f)
-                    f = f.float()
-                    loss = F.cross_entropy(logits.float(), y)
-                    counts = torch.bincount(y, minlength=num_classes)
-                    if with_anchor_loss:
-                        loss = loss + mu * anchor_loss(f, y, anchors, counts)
-                    step(loss)
-                    if calibrate is not None and self.calibration == "batch":
-                        calibrate()
-                    if self.anchor_update:
-                        with torch.no_grad():
-                            class_sums = torch.zeros_like(anchors).index_add_(0, y, f.detach())
-                            sums += class_sums / counts.clamp(min=1)[:, None]
-                            holding += counts > 0
-                    total += loss.detach()
-                    steps += 1
-                    batches += 1
-                if self.anchor_update and batches:
-                    divisor = torch.full_like(holding, batches) if self.upstream_anchor_division \
-                        else holding.clamp(min=1)
-                    means = sums / divisor[:, None]
-                    moving = torch.where(own, m * moving + (1 - m) * means, moving)
-                if calibrate is not None and self.calibration == "epoch":
-                    calibrate()
-        update = {"model": snapshot(model), "num_samples": client.num_samples,
-                  "loss": float(total.item()) / steps if steps else 0.0}
+            loss = client.loop(train_step, on_epoch_end=end_of_epoch)
+        moving = epoch["moving"]
+        update = {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
         if self.anchor_update:
             update["anchors"] = moving
         return update
