@@ -361,6 +361,15 @@ def compare(result: Any, record: dict | str | Path) -> dict:
     return {"identical": bool(same_history and same_clients), "metrics": rows}
 
 
+def comparison_line(comparison: dict, path: Path) -> str:
+    """One line for a person: a run against the shipped record of its config."""
+    if comparison["identical"]:
+        return f"same numbers as the record {path}, bit for bit (every round's metrics and every client's accuracy)"
+    diffs = ", ".join(f"{k} {row['diff']:+.4g}" for k, row in comparison["metrics"].items() if row["diff"] != 0)
+    return (f"differs from the record {path}: {diffs or 'the summary agrees, some per-round or per-client numbers do not'}"
+            " (ours minus the record's)")
+
+
 def _numbers_only(history: list[dict]) -> list[dict]:
     """The per-round metrics without timings (seconds differ between any two runs)."""
     return [{k: v for k, v in h.items() if k != "seconds"} for h in history]

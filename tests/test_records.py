@@ -129,3 +129,13 @@ def test_the_shipped_records_are_valid_and_small():
         assert record["notebook"] and path.parent.relative_to(root).as_posix() == record["notebook"]
         assert path.name.endswith(f"-seed{record['seed']}-{record['fingerprint']}.json")
     assert records.folder_size(root) < 50 * 2**20
+
+
+def test_a_forced_run_is_set_beside_the_shipped_record_in_one_line(project, make_config, capsys):
+    config = make_config(rounds=2)
+    with records.recording("paper_x/t1"):
+        run(config)
+    capsys.readouterr()
+    with records.recording("paper_x/t1", train=True):
+        run(make_config(rounds=2, output_dir=str(project / "mine")))
+    assert "bit for bit" in capsys.readouterr().out

@@ -361,7 +361,11 @@ def _recorded(result: RunResult) -> RunResult:
     a finished run without a committed record gets one, written now while its folder still
     holds the final state (FedFA's global test accuracy is computed from it)."""
     notebook = records.active_notebook()
-    if notebook is None or result.path is None or records.find(result.config) is not None:
+    shipped = records.find(result.config) if result.path is not None else None
+    if shipped is not None:  # training was forced: set this run beside the shipped record
+        print(records.comparison_line(records.compare(result, shipped), shipped), flush=True)
+        return result
+    if notebook is None or result.path is None:
         return result
     derived = {}
     if "global_test_acc" not in result.summary and (result.path / FINAL_STATE).exists():
