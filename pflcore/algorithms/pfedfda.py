@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INIT_KEY, derive_seed, epoch_orders
+from ..training import INIT_KEY, Batch, derive_seed
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights,
                    snapshot, weighted_average)
 
@@ -300,23 +300,23 @@ class PFedFDA(Algorithm):
         self._set_head(model, payload["means"], payload["covariance"], client)  # global statistics, frozen
         params = list(model.body.parameters())
         step = client.sgd(params)
-        epochs, size = client.settings.epochs, client.settings.batch_size
+        epochs = client.settings.epochs
+        # each epoch's training features and the samples they belong to (the statistics' input)
         feats: list[list[torch.Tensor]] = [[] for _ in range(epochs)]
         seen: list[list[torch.Tensor]] = [[] for _ in range(epochs)]
-        total, steps = torch.zeros(()), 0
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            with batch.precision():
+                z = model.body(batch.x)
+                loss = F.cross_entropy(model.head(z), batch.y)
+            step(loss)
+            feats[batch.epoch].append(z.detach().float())
+            seen[batch.epoch].append(batch.index)
+            return loss
+
         with client.trainable(model, params):
-            for e, order in enumerate(epoch_orders(client.num_samples, epochs, client.generator, client.x.device)):
-                for start in range(0, client.num_samples, size):
-                    idx = order[start:start + size]
-                    with client.precision():
-                        z = model.body(client.x[idx])
-                        loss = F.cross_entropy(model.head(z), client.y[idx])
-                    step(loss)
-                    feats[e].append(z.detach().float())
-                    seen[e].append(idx)
-                    total += loss.detach().cpu()
-                    steps += 1
-        if self.stat_features == "fresh_pass" or steps == 0:
+            loss = client.loop(train_step)
+        if self.stat_features == "fresh_pass" or not any(feats):
             features, index = client.features(model).float(), torch.arange(client.num_samples)
         else:
             chosen = range(epochs) if self.stat_features == "all_epochs" else [epochs - 1]
@@ -332,7 +332,7 @@ class PFedFDA(Algorithm):
         client.state["beta"] = torch.tensor(beta, dtype=torch.float64)
         update = {"body": snapshot(model.body), "means": means, "covariance": covariance,
                   "beta": torch.tensor(beta, dtype=torch.float64), "beta_status": status,
-                  "num_samples": client.num_samples, "loss": float(total) / steps if steps else 0.0}
+                  "num_samples": client.num_samples, "loss": loss}
         if self.profile:  # Table 9's split of a client's round (its lines 7, 8 and 9)
             update["profile"] = {"passes": trained - started, "beta": solved - trained,
                                  "statistics": time.perf_counter() - solved}
