@@ -139,3 +139,13 @@ def test_a_forced_run_is_set_beside_the_shipped_record_in_one_line(project, make
     with records.recording("paper_x/t1", train=True):
         run(make_config(rounds=2, output_dir=str(project / "mine")))
     assert "bit for bit" in capsys.readouterr().out
+
+
+def test_the_readme_quotes_no_result_number():
+    """Measured accuracies live in records and the report built from them, not in the README."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    quoted = re.findall(r"(?<![\w.])\d{2}\.\d{1,2}(?![\w.])", text)
+    assert not quoted, f"the README quotes numbers that look like results: {quoted}"
+    assert len(text.splitlines()) <= 300
