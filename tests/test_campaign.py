@@ -1,0 +1,57 @@
+"""The seeds campaign's plan (pflcore.campaign) against the records folder: every run the
+plan marks done has its committed record, every record of the campaign's notebooks belongs
+to a run of the plan, and the plan covers the 36 settings with three seeds each."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from pflcore import campaign, records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_campaign_has_three_seeds_for_each_of_its_36_settings_cheapest_first():
+    settings = Counter((e.notebook, e.label) for e in campaign.CAMPAIGN)
+    assert len(settings) == 36 and set(settings.values()) == {3}
+    assert len({e.key for e in campaign.CAMPAIGN}) == len(campaign.CAMPAIGN)
+    estimates = [e.estimate_s for e in campaign.CAMPAIGN]
+    assert estimates == sorted(estimates) and all(s > 0 for s in estimates)
+    for entry in campaign.CAMPAIGN:  # each narrows its notebook to one method and one seed
+        params = entry.parameters
+        assert params["methods"] == [entry.label.split()[-1]]
+        assert params.get("seed", (params.get("seeds") or [None])[0]) == entry.seed
+
+
+def test_the_plan_file_agrees_with_the_records_folder():
+    plan_file = ROOT / "reproductions" / campaign.PLAN
+    plan = json.loads(plan_file.read_text()) if plan_file.exists() else {"runs": []}
+    known = {e.key: e for e in campaign.CAMPAIGN}
+    claimed = set()
+    for row in plan["runs"]:
+        assert row["key"] in known, f"the plan lists a run the campaign does not have: {row['key']}"
+        entry = known[row["key"]]
+        for rel in row["records"]:
+            record = records.read(ROOT / rel)  # exists and is a valid record
+            assert record["notebook"] == entry.notebook and record["seed"] == entry.seed
+            assert record["config"]["method"] == entry.parameters["methods"][0]
+            claimed.add(rel)
+    if plan["runs"]:
+        done = sum(bool(r["records"]) for r in plan["runs"])
+        assert plan["done"] == done and plan["remaining"] == len(plan["runs"]) - done
+    notebooks = {e.notebook for e in campaign.CAMPAIGN}
+    for path, record in records.all_records(ROOT / "reproductions"):
+        if record["notebook"] in notebooks:
+            assert str(path.relative_to(ROOT)) in claimed, f"{path} is not claimed by a run of the plan"
+
+
+def test_the_plan_is_recomputed_from_the_campaign_and_keeps_what_is_done(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    first = campaign.CAMPAIGN[0]
+    campaign.write_plan({"runs": [{"key": first.key, "records": ["reproductions/x.json"]}]}, tmp_path)
+    plan = campaign.current_plan(tmp_path)
+    assert plan["done"] == 1 and plan["remaining"] == len(campaign.CAMPAIGN) - 1
+    assert plan["runs"][0]["records"] == ["reproductions/x.json"]
+    assert plan["remaining_estimate_s"] == sum(e.estimate_s for e in campaign.CAMPAIGN[1:])
