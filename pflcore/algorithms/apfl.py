@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..training import Batch
 from .base import (TRAIN, Client, FederationInfo, Param, ServerContext, Tensors, load, sample_weights,
                    snapshot)
 from .fedavg import FedAvg
@@ -112,38 +113,40 @@ class APFL(FedAvg):
         if adaptive:
             alpha = torch.tensor(alpha, dtype=torch.float64, device=client.x.device)
             alpha_lr = float(self.alpha_lr) or client.settings.lr
-        total, steps = torch.zeros((), device=client.x.device), 0
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            """Both models on the same batch, both gradients at the step's start (section 3)."""
+            nonlocal alpha
+            with torch.no_grad():
+                torch._foreach_copy_(mixed_params, mix(local_params, shared_params, alpha))
+            with batch.precision():
+                loss = F.cross_entropy(shared(batch.x), batch.y)
+            shared_grads = list(torch.autograd.grad(loss, shared_params, allow_unused=True))
+            with batch.precision():
+                mixed_loss = F.cross_entropy(mixed(batch.x), batch.y)
+            mixed_grads = torch.autograd.grad(mixed_loss, mixed_params, allow_unused=True)
+            used = [i for i, g in enumerate(mixed_grads) if g is not None]
+            local_grads: list[torch.Tensor | None] = [None] * len(local_params)
+            if used:
+                with torch.no_grad():  # the chain rule through vbar = alpha v + (1 - alpha) w
+                    for i, g in zip(used, torch._foreach_mul([mixed_grads[i] for i in used], alpha)):
+                        local_grads[i] = g
+                    if adaptive:
+                        slope = alpha_slope([local_params[i] for i in used], [shared_params[i] for i in used],
+                                            [mixed_grads[i] for i in used])
+            shared_step.update(shared_grads)
+            local_step.update(local_grads)
+            if adaptive and used:
+                alpha = (alpha - alpha_lr * slope).clamp_(0.0, 1.0)
+            return loss
+
         with client.trainable(shared, shared_params), client.trainable(mixed, mixed_params):
-            for x, y in client.batches():
-                with torch.no_grad():
-                    torch._foreach_copy_(mixed_params, mix(local_params, shared_params, alpha))
-                with client.precision():
-                    loss = F.cross_entropy(shared(x), y)
-                shared_grads = list(torch.autograd.grad(loss, shared_params, allow_unused=True))
-                with client.precision():
-                    mixed_loss = F.cross_entropy(mixed(x), y)
-                mixed_grads = torch.autograd.grad(mixed_loss, mixed_params, allow_unused=True)
-                used = [i for i, g in enumerate(mixed_grads) if g is not None]
-                local_grads: list[torch.Tensor | None] = [None] * len(local_params)
-                if used:
-                    with torch.no_grad():  # the chain rule through vbar = alpha v + (1 - alpha) w
-                        for i, g in zip(used, torch._foreach_mul([mixed_grads[i] for i in used], alpha)):
-                            local_grads[i] = g
-                        if adaptive:
-                            slope = alpha_slope([local_params[i] for i in used], [shared_params[i] for i in used],
-                                                [mixed_grads[i] for i in used])
-                shared_step.update(shared_grads)
-                local_step.update(local_grads)
-                if adaptive and used:
-                    alpha = (alpha - alpha_lr * slope).clamp_(0.0, 1.0)
-                total += loss.detach()
-                steps += 1
+            loss = client.loop(train_step)
         with torch.no_grad():
             for name, buffer in mixed.named_buffers():
                 local.get_buffer(name).copy_(buffer)
         client.state["local"] = snapshot(local)
-        update = {"model": snapshot(shared), "num_samples": client.num_samples,
-                  "loss": float(total.item()) / steps if steps else 0.0}
+        update = {"model": snapshot(shared), "num_samples": client.num_samples, "loss": loss}
         if adaptive:
             client.state["alpha"] = alpha.detach().to("cpu", copy=True)
             update["alpha"] = float(alpha)

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INIT_KEY, generator_for
+from ..training import INIT_KEY, Batch, generator_for
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
@@ -146,21 +146,21 @@ class FedProc(Algorithm):
         fedfa_code = self.variant == "fedfa_code"
         params = list(model.parameters())
         step = client.sgd(params)
-        total, steps = torch.zeros((), device=client.x.device), 0
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            with batch.precision():
+                z = model.body(batch.x)
+                loss = F.cross_entropy(model.head(z), batch.y)
+            if w_ce < 1.0:
+                contrastive = (F.cross_entropy(z.float() @ prototypes.float().T, batch.y) if fedfa_code
+                               else prototype_loss(z, batch.y, prototypes, tau))
+                loss = w_ce * loss + (1.0 - w_ce) * contrastive
+            step(loss)
+            return loss
+
         with client.trainable(model, params):
-            for x, y in client.batches():
-                with client.precision():
-                    z = model.body(x)
-                    loss = F.cross_entropy(model.head(z), y)
-                if w_ce < 1.0:
-                    contrastive = (F.cross_entropy(z.float() @ prototypes.float().T, y) if fedfa_code
-                                   else prototype_loss(z, y, prototypes, tau))
-                    loss = w_ce * loss + (1.0 - w_ce) * contrastive
-                step(loss)
-                total += loss.detach()
-                steps += 1
-        update = {"model": snapshot(model), "num_samples": client.num_samples,
-                  "loss": float(total.item()) / steps if steps else 0.0}
+            loss = client.loop(train_step)
+        update = {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
         if fedfa_code:  # nothing to upload for anchors that never move
             return update
         features = client.features(model) if client.num_samples else torch.zeros(0, model.feature_dim,
