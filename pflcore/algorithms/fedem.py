@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INFERENCE_BATCH, shuffled_batches
+from ..training import INFERENCE_BATCH, Batch
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 from .hypcluster import independent_inits
@@ -160,19 +160,17 @@ class FedEM(Algorithm):
             return client.train(model.parameters(), model=model, epochs=epochs)
         params = list(model.parameters())
         step = client.sgd(params)
-        total, steps = torch.zeros((), device=client.x.device), 0
-        # The batches client.batches visits (the same draws), with the samples' indices.
-        index = torch.arange(n, device=client.x.device)
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            with batch.precision():
+                out = model(batch.x)
+            losses = F.cross_entropy(out.float(), batch.y, reduction="none")
+            loss = (losses * q[batch.index]).sum() / batch.index.shape[0]
+            step(loss)
+            return loss
+
         with client.trainable(model, params):
-            for x, j in shuffled_batches(client.x, index, epochs, client.settings.batch_size, client.generator):
-                with client.precision():
-                    out = model(x)
-                losses = F.cross_entropy(out.float(), client.y[j], reduction="none")
-                loss = (losses * q[j]).sum() / j.shape[0]
-                step(loss)
-                total += loss.detach()
-                steps += 1
-        return float(total.item()) / steps
+            return client.loop(train_step, epochs=epochs)
 
     def predictor(self, payload: dict, client: Client) -> nn.Module:
         models = self.components(payload, client)

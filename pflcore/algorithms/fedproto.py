@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..training import Batch
 from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
 
 
@@ -100,26 +101,26 @@ class FedProto(Algorithm):
         epochs = client.settings.epochs
         sums = torch.zeros(client.num_classes, model.feature_dim, device=client.x.device)
         counts = torch.zeros(client.num_classes, dtype=torch.long, device=client.x.device)
-        total, steps = torch.zeros((), device=client.x.device), 0
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            with batch.precision():
+                z = model.body(batch.x)
+                loss = F.cross_entropy(model.head(z), batch.y)
+                if targets is not None:
+                    loss = loss + lam * prototype_loss(z, batch.y, *targets)
+            step(loss)
+            if batch.epoch == epochs - 1:  # the prototypes: the last epoch's features
+                sums.index_add_(0, batch.y, z.detach().flatten(1).float())
+                counts.add_(torch.bincount(batch.y, minlength=client.num_classes))
+            return loss
+
+        loss = 0.0
         if client.num_samples > 0 and params:
             with client.trainable(model, params):
-                for epoch in range(epochs):
-                    last = epoch == epochs - 1
-                    for x, y in client.batches(epochs=1):
-                        with client.precision():
-                            z = model.body(x)
-                            loss = F.cross_entropy(model.head(z), y)
-                            if targets is not None:
-                                loss = loss + lam * prototype_loss(z, y, *targets)
-                        step(loss)
-                        total += loss.detach()
-                        steps += 1
-                        if last:
-                            sums.index_add_(0, y, z.detach().flatten(1).float())
-                            counts += torch.bincount(y, minlength=client.num_classes)
+                loss = client.loop(train_step)
         client.state["model"] = snapshot(model)
         prototypes, has = sums / counts.clamp(min=1)[:, None], counts > 0
-        update = {"num_samples": client.num_samples, "loss": float(total.item()) / steps if steps else 0.0}
+        update = {"num_samples": client.num_samples, "loss": loss}
         if self.uses_global:
             update.update(prototypes=prototypes, has_prototype=has)
         else:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..training import Batch
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
@@ -107,22 +108,24 @@ class FedRoD(Algorithm):
         shared = list(model.parameters())
         params = shared + list(personal.parameters())
         step = client.sgd(params)
-        total, steps = torch.zeros((), device=client.x.device), 0
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            """The generic model on the balanced softmax, the personal head on the rest (section 3)."""
+            with batch.precision():
+                z = model.body(batch.x)
+                generic = model.head(z)
+                own = personal(z.detach())
+            generic_loss = balanced_softmax_loss(generic, batch.y, log_counts)
+            personal_loss = F.cross_entropy((generic.detach() + own).float(), batch.y)
+            loss = generic_loss + personal_loss
+            step(loss)
+            return loss
+
         with client.trainable(model, shared), client.trainable(personal, personal.parameters()):
-            for x, y in client.batches():
-                with client.precision():
-                    z = model.body(x)
-                    generic = model.head(z)
-                    own = personal(z.detach())
-                generic_loss = balanced_softmax_loss(generic, y, log_counts)
-                personal_loss = F.cross_entropy((generic.detach() + own).float(), y)
-                loss = generic_loss + personal_loss
-                step(loss)
-                total += loss.detach()
-                steps += 1
+            loss = client.loop(train_step)
         client.state["personal_head"] = snapshot(personal)
         return {"body": snapshot(model.body), "head": snapshot(model.head), "num_samples": client.num_samples,
-                "loss": float(total.item()) / steps if steps else 0.0}
+                "loss": loss}
 
     def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, weights = sample_weights(updates)

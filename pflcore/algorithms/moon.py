@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INIT_KEY, derive_seed
+from ..training import INIT_KEY, Batch, derive_seed
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
@@ -137,27 +137,27 @@ class MOON(Algorithm):
             previous_net = self._frozen(client, "previous", previous["body"], previous.get("projection"))
         mu, tau = float(self.mu), float(self.tau)
         step = client.sgd(params + extra)
-        total, steps = torch.zeros((), device=client.x.device), 0
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            with batch.precision():
+                z = model.body(batch.x)
+                loss = F.cross_entropy(model.head(z), batch.y)
+                if contrast:
+                    p = projection(z) if projection is not None else z
+                    with torch.no_grad():
+                        p_global, p_previous = global_net(batch.x), previous_net(batch.x)
+            if contrast:
+                loss = loss + mu * model_contrastive_loss(p, p_global, p_previous, tau)
+            step(loss)
+            return loss
+
         with contextlib.ExitStack() as stack:
             stack.enter_context(client.trainable(model, params))
             if extra:
                 stack.enter_context(client.trainable(projection, extra))
-            for x, y in client.batches():
-                with client.precision():
-                    z = model.body(x)
-                    loss = F.cross_entropy(model.head(z), y)
-                    if contrast:
-                        p = projection(z) if projection is not None else z
-                        with torch.no_grad():
-                            p_global, p_previous = global_net(x), previous_net(x)
-                if contrast:
-                    loss = loss + mu * model_contrastive_loss(p, p_global, p_previous, tau)
-                step(loss)
-                total += loss.detach()
-                steps += 1
+            loss = client.loop(train_step)
         mine = {"body": snapshot(model.body)}
-        update = {"model": snapshot(model), "num_samples": client.num_samples,
-                  "loss": float(total.item()) / steps if steps else 0.0}
+        update = {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
         if projection is not None:
             mine["projection"] = update["projection"] = snapshot(projection)
         client.state["previous"] = mine
