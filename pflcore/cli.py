@@ -108,13 +108,13 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
 # ---------------------------------------------------------------------- pflcore run
 def _workers(text: str) -> int | str:
-    """--workers: 'auto' (one process per core) or a number (0 = in this process)."""
-    if text == "auto":
+    """--workers: 'auto' (one process per core), 'vectorised' or a number (0 = in this process)."""
+    if text in ("auto", "vectorised"):
         return text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--workers expects 'auto' or a number, got {text!r}.") from None
+        raise argparse.ArgumentTypeError(f"--workers expects 'auto', 'vectorised' or a number, got {text!r}.") from None
 
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:

@@ -219,14 +219,20 @@ class ExperimentConfig:
                 raise bad("dropout", "it must be null or a range [rho_min, rho_max] with 0 < rho_min <= rho_max <= 1")
         if self.precision not in (None, "float32", "bfloat16"):
             raise bad("precision", "use null/'float32', or 'bfloat16' for autocast local training")
-        if not (self.workers == "auto" or (_is_int(self.workers) and 0 <= self.workers <= MAX_WORKERS)):
+        if not (self.workers in ("auto", "vectorised") or (_is_int(self.workers) and 0 <= self.workers <= MAX_WORKERS)):
             raise bad("workers", f"use 0 (in this process), a number of worker processes up to {MAX_WORKERS} (cut "
-                                 "to the cores), or 'auto' (one per core)")
+                                 "to the cores), 'auto' (one per core) or 'vectorised' (a round's clients trained "
+                                 "together, for a GPU)")
+        if self.workers == "vectorised":
+            from .engine.vectorised import COVERED
+
+            if self.method not in COVERED:
+                raise bad("workers", f"'vectorised' runs {', '.join(COVERED)}; use 0 or 'auto' for {self.method}")
         problem = device_problem(self.device)
         if problem:
             raise bad("device", problem)
-        if self.device != "cpu" and self.workers not in (0, 1, "auto"):
-            raise bad("workers", "worker processes are for CPU runs; on a GPU use 0 or 'auto'")
+        if self.device != "cpu" and self.workers not in (0, 1, "auto", "vectorised"):
+            raise bad("workers", "worker processes are for CPU runs; on a GPU use 0, 'auto' or 'vectorised'")
         if not isinstance(self.output_dir, str) or not self.output_dir.strip() or not self.output_dir.isprintable():
             raise bad("output_dir", "it must be the path of a folder for results (for example 'results'), without "
                                     "control characters such as a newline")

@@ -68,7 +68,7 @@ def generative_head(means: torch.Tensor, covariance: torch.Tensor, priors: torch
     eye = torch.eye(d, dtype=covariance.dtype, device=covariance.device)
     shrunk = (1 - eps) * covariance + eps * torch.trace(covariance) / d * eye
     weight = torch.linalg.solve(shrunk, means.T).T
-    bias = -0.5 * (means * weight).sum(1) + torch.log(priors)
+    bias = -0.5 * (means * weight).sum(1) + torch.log(priors.to(means.device))  # priors may be a GPU client's
     return weight, bias
 
 

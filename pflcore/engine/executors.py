@@ -206,6 +206,8 @@ def resolve_workers(workers: int | str, *, device: str = "cpu", num_clients: int
     most one per client; none on a 1-core machine or on a GPU). An explicit number is cut
     to at most one per core and one per client, with a warning saying so."""
     cores = available_cores()
+    if workers == "vectorised":  # in this process (pflcore.engine.vectorised); Flower's nodes run in-process
+        return 0
     if workers != "auto":
         asked = int(workers)
         n = min(asked, cores, num_clients or asked)

@@ -265,7 +265,15 @@ class Simulation:
         return accuracies(correct, sizes)
 
     def use_workers(self, workers: int | str) -> None:
-        """Run the clients' work in ``workers`` processes (``"auto"``: one per core)."""
+        """Run the clients' work in ``workers`` processes (``"auto"``: one per core), or with
+        ``"vectorised"`` in this process, a round's clients trained together
+        (:mod:`pflcore.engine.vectorised`)."""
+        if workers == "vectorised":
+            from .vectorised import Vectorised
+
+            self.close()
+            self.executor = Vectorised(self.worker)
+            return
         n = resolve_workers(workers, device=self.config.device, num_clients=self.data.num_clients)
         self.close()
         self.executor = WorkerPool(self.worker, n) if n > 1 else InProcess(self.worker)
