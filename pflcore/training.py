@@ -116,12 +116,14 @@ StepFn = Callable[[Batch], "torch.Tensor | None"]
 
 def client_loop(x: torch.Tensor, y: torch.Tensor, step: StepFn, *, epochs: int, batch_size: int,
                 generator: torch.Generator, precision: str = "float32",
-                on_epoch_end: Callable[[int], None] | None = None) -> float:
+                on_epoch_end: Callable[[int], None] | None = None, max_steps: int | None = None) -> float:
     """The one client training loop: ``epochs`` passes over (x, y), each in an order drawn
     from ``generator`` (one ``randperm`` per epoch, gathered once; batches are slices, the
     last may be smaller), ``step(batch)`` on every batch and ``on_epoch_end(epoch)`` after
-    each epoch. The losses the steps return are summed on the device (one ``.item()`` per
-    call). Returns their mean (0.0 if no step returned one; NaN if training diverged).
+    each epoch; ``max_steps`` ends the call after that many batches (an epoch cut short gets
+    no end-of-epoch call, and no later epoch's order is drawn). The losses the steps return
+    are summed on the device (one ``.item()`` per call). Returns their mean (0.0 if no step
+    returned one; NaN if training diverged).
 
     A step is a function of what it closes over (the models and optimiser steps it
     updates), the batch and the generators it is given: nothing comes from a client
@@ -130,17 +132,23 @@ def client_loop(x: torch.Tensor, y: torch.Tensor, step: StepFn, *, epochs: int, 
     total = torch.zeros((), device=x.device)
     steps = position = 0
     context = _precision_factory(precision, x.device)
-    for epoch, order in enumerate(epoch_orders(n, epochs, generator, x.device)):
+    for epoch in range(epochs):
+        if position == max_steps:
+            break
+        order = torch.randperm(n, generator=generator, device=generator.device).to(x.device)  # as epoch_orders
         xs, ys = x[order], y[order]
         for start in range(0, n, batch_size):
+            if position == max_steps:
+                break
             end = start + batch_size
             loss = step(Batch(xs[start:end], ys[start:end], order[start:end], epoch, position, start, context))
             position += 1
             if loss is not None:
                 total += loss.detach()
                 steps += 1
-        if on_epoch_end is not None:
-            on_epoch_end(epoch)
+        else:
+            if on_epoch_end is not None:
+                on_epoch_end(epoch)
     return float(total.item()) / steps if steps else 0.0
 
 

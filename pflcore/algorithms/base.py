@@ -162,16 +162,18 @@ class Client:
                                 batch_size or s.batch_size, generator or self.generator)
 
     def loop(self, step: StepFn, *, epochs: int | None = None, batch_size: int | None = None,
-             generator: torch.Generator | None = None, on_epoch_end: Callable[[int], None] | None = None) -> float:
+             generator: torch.Generator | None = None, on_epoch_end: Callable[[int], None] | None = None,
+             max_steps: int | None = None) -> float:
         """:func:`~pflcore.training.client_loop` on this client's train data with the run's
         settings (``epochs``, ``batch_size``, ``generator`` replace them): ``step(batch)``
-        on the batches :meth:`train` visits, ``on_epoch_end(epoch)`` after each epoch;
+        on the batches :meth:`train` visits (at most ``max_steps``), ``on_epoch_end(epoch)``
+        after each epoch;
         returns the mean of the losses the steps return. A method writes its step, not a
         loop."""
         s = self.settings
         return client_loop(self.x, self.y, step, epochs=s.epochs if epochs is None else epochs,
                            batch_size=batch_size or s.batch_size, generator=generator or self.generator,
-                           precision=s.precision, on_epoch_end=on_epoch_end)
+                           precision=s.precision, on_epoch_end=on_epoch_end, max_steps=max_steps)
 
     def sgd(self, params: Iterable[nn.Parameter], **overrides: Any) -> SGDStep:
         """The fast SGD step (momentum, weight decay as torch's SGD) over ``params`` with the

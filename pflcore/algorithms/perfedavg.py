@@ -29,14 +29,14 @@ section 4); beta = 0 means the run's lr (those MNIST runs used 0.001); delta = 0
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import derive_seed, shuffled_batches
+from ..training import Batch, derive_seed, shuffled_batches
 from .base import Client, Param, load, snapshot
 from .fedavg import FedAvg
 
@@ -64,42 +64,44 @@ class PerFedAvg(FedAvg):
         step = client.sgd(params, lr=self.meta_lr(client))
         alpha, hf = float(self.alpha), self.variant == "hf"
         aux = self._aux_batches(client)
-        total, steps = torch.zeros((), device=client.x.device), 0
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            """One MAML step: the inner step on an auxiliary batch D, the outer gradient on the
+            loop's batch D' (section 4)."""
+            saved = [p.detach().clone() for p in params]
+            xd, yd = next(aux)
+            inner = self._grad(model, params, xd, yd, batch.precision)[1]
+            with torch.no_grad():
+                torch._foreach_add_(params, inner, alpha=-alpha)          # w~ = w - alpha grad f(w; D)
+            loss, direction, used = self._grad(model, params, batch.x, batch.y, batch.precision)  # grad f(w~; D')
+            self._restore(params, saved)
+            if hf:
+                direction = self._hessian_corrected(model, params, saved, direction, next(aux), batch.precision)
+            step.update([g if u else None for g, u in zip(direction, used)])
+            return loss
+
         with client.trainable(model, params):
-            for x, y in client.batches():
-                saved = [p.detach().clone() for p in params]
-                xd, yd = next(aux)
-                inner = self._grad(model, params, xd, yd, client)[1]
-                with torch.no_grad():
-                    torch._foreach_add_(params, inner, alpha=-alpha)          # w~ = w - alpha grad f(w; D)
-                loss, direction, used = self._grad(model, params, x, y, client)   # grad f(w~; D')
-                self._restore(params, saved)
-                if hf:
-                    direction = self._hessian_corrected(model, params, saved, direction, next(aux), client)
-                step.update([g if u else None for g, u in zip(direction, used)])
-                total += loss.detach()
-                steps += 1
-        return {"model": snapshot(model), "num_samples": client.num_samples,
-                "loss": float(total.item()) / steps if steps else 0.0}
+            loss = client.loop(train_step)
+        return {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
 
     def _hessian_corrected(self, model: nn.Module, params: list[nn.Parameter], saved: list[torch.Tensor],
                            v: list[torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
-                           client: Client) -> list[torch.Tensor]:
+                           precision: Callable[[], ContextManager]) -> list[torch.Tensor]:
         """v - alpha H(w; D'') v, with H v by central differences of gradients on D''."""
         delta = float(self.delta)
         grads = []
         for sign in (1.0, -1.0):
             with torch.no_grad():
                 torch._foreach_add_(params, v, alpha=sign * delta)
-            grads.append(self._grad(model, params, *batch, client)[1])
+            grads.append(self._grad(model, params, *batch, precision)[1])
             self._restore(params, saved)
         hv = torch._foreach_sub(grads[0], grads[1])
         return torch._foreach_add(v, hv, alpha=-float(self.alpha) / (2 * delta))
 
     @staticmethod
     def _grad(model: nn.Module, params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor,
-              client: Client) -> tuple[torch.Tensor, list[torch.Tensor], list[bool]]:
-        with client.precision():
+              precision: Callable[[], ContextManager]) -> tuple[torch.Tensor, list[torch.Tensor], list[bool]]:
+        with precision():
             loss = F.cross_entropy(model(x), y)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         used = [g is not None for g in grads]  # a parameter the loss does not use is left alone, as in FedAvg
@@ -128,9 +130,12 @@ class PerFedAvg(FedAvg):
         steps = int(self.personal_steps)
         if steps and float(self.alpha) and client.num_samples:
             params = list(model.parameters())
+
+            def personal_step(batch: Batch) -> None:
+                grads = self._grad(model, params, batch.x, batch.y, batch.precision)[1]
+                with torch.no_grad():
+                    torch._foreach_add_(params, grads, alpha=-float(self.alpha))
+
             with client.trainable(model, params):
-                for _, (x, y) in zip(range(steps), client.batches(epochs=steps)):
-                    grads = self._grad(model, params, x, y, client)[1]
-                    with torch.no_grad():
-                        torch._foreach_add_(params, grads, alpha=-float(self.alpha))
+                client.loop(personal_step, epochs=steps, max_steps=steps)
         return model

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import SGDStep
+from ..training import Batch, SGDStep
 from .base import Client, Param, ServerContext, load, sample_weights, snapshot, weighted_average
 from .fedavg import FedAvg
 
@@ -59,25 +59,27 @@ class PFedMe(FedAvg):
         local = [p.detach().clone() for p in params]  # w_i
         inner = client.sgd(params, lr=float(self.personal_lr), momentum=0.0, weight_decay=0.0)
         lam, eta = float(self.lam), client.settings.lr
-        total, steps = torch.zeros((), device=client.x.device), 0
-        with client.trainable(theta, params):
-            for x, y in client.batches():
-                def batch_loss() -> torch.Tensor:
-                    with client.precision():
-                        return F.cross_entropy(theta(x), y)
 
-                loss = moreau_steps(params, local, batch_loss, int(self.inner_steps), inner, lam)
-                with torch.no_grad():  # w_i <- w_i - eta lambda (w_i - theta)
-                    torch._foreach_lerp_(local, [p.detach() for p in params], eta * lam)
-                total += loss.detach()
-                steps += 1
+        def train_step(batch: Batch) -> torch.Tensor:
+            """theta_i by K steps on the Moreau envelope's inner problem, then the local model's
+            step towards it (Algorithm 1), both on the same batch."""
+            def batch_loss() -> torch.Tensor:
+                with batch.precision():
+                    return F.cross_entropy(theta(batch.x), batch.y)
+
+            loss = moreau_steps(params, local, batch_loss, int(self.inner_steps), inner, lam)
+            with torch.no_grad():  # w_i <- w_i - eta lambda (w_i - theta)
+                torch._foreach_lerp_(local, [p.detach() for p in params], eta * lam)
+            return loss
+
+        with client.trainable(theta, params):
+            loss = client.loop(train_step)
         client.state["personal"] = snapshot(theta)
         model = load(client.model, payload["model"])
         with torch.no_grad():
             for p, w in zip(model.parameters(), local):
                 p.copy_(w)
-        return {"model": snapshot(model), "num_samples": client.num_samples,
-                "loss": float(total) / steps if steps else 0.0}
+        return {"model": snapshot(model), "num_samples": client.num_samples, "loss": loss}
 
     def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:
         ids, weights = sample_weights(updates)
