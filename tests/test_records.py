@@ -149,3 +149,25 @@ def test_the_readme_quotes_no_result_number():
     quoted = re.findall(r"(?<![\w.])\d{2}\.\d{1,2}(?![\w.])", text)
     assert not quoted, f"the README quotes numbers that look like results: {quoted}"
     assert len(text.splitlines()) <= 300
+
+
+@pytest.mark.parametrize("method", ["fedavg_ft", "knn_per"])
+def test_a_method_that_trains_as_fedavg_is_scored_from_fedavg_s_final_state_with_the_numbers_of_a_full_run(
+        project, tmp_path, method):
+    """FedAvg-FT and kNN-Per train exactly as FedAvg: scoring FedAvg's final state with their
+    predictor gives a full run's final numbers bit for bit, and the record says so."""
+    from conftest import tiny_config
+
+    full = run(tiny_config(tmp_path / "full", method=method, rounds=3))  # trained: no FedAvg run beside it
+    assert "scored_from" not in full.summary
+    shared = tiny_config(tmp_path / "shared", method="fedavg", rounds=3)
+    base = run(shared)
+    with records.recording("paper_x/t1"):
+        scored = run(shared.replace(method=method))
+    assert scored.summary["scored_from"]["fingerprint"] == base.config.fingerprint()
+    np.testing.assert_array_equal(scored.client_acc, full.client_acc)
+    for key in ("acc_mean", "acc_std", "acc_weighted"):
+        assert scored.summary[key] == full.summary[key]
+    assert [h["train_loss"] for h in scored.history] == [h["train_loss"] for h in full.history]
+    record = records.read(records.find(scored.config))
+    assert "Scored from the final state of the fedavg run" in record["notes"][0]

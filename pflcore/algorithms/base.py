@@ -221,6 +221,10 @@ class Algorithm:
     defaults: ClassVar[dict[str, Any]] = {}
     failure_counters: ClassVar[tuple[str, ...]] = ()
     predicts_globally: ClassVar[bool] = False  # every client predicts with the one global model
+    #: a method whose training this one shares exactly (same server and client states, same
+    #: random streams), differing only at prediction time: a finished run of it can be scored
+    #: as this method instead of training again (FedAvg-FT and kNN-Per on FedAvg's training)
+    trains_as: ClassVar[str | None] = None
     # the predictor adapts to the client's own train data by itself (fine-tuning, statistics),
     # so a new client needs nothing more (see :meth:`adapt`)
     adapts_in_predictor: ClassVar[bool] = False

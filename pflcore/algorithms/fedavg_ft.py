@@ -13,6 +13,7 @@ class FedAvgFT(FedAvg):
     name = "fedavg_ft"
     paper = "FedAvg + local fine-tuning (Xu et al. ICLR 2023, Table 1)"
     predicts_globally = False
+    trains_as = "fedavg"  # FedAvg's training exactly; only the predictor differs
     adapts_in_predictor = True  # a new client fine-tunes there, like every client (pFedFDA C.3)
     hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of local fine-tuning before evaluation")}
 

@@ -107,6 +107,7 @@ class KNNPer(FedAvg):
     name = "knn_per"
     paper = "Marfoq et al., ICML 2022"
     predicts_globally = False
+    trains_as = "fedavg"  # FedAvg's training exactly; only the predictor differs
     adapts_in_predictor = True  # a new client builds its datastore there, from its own train data
     hyperparams = {
         "k": Param(7, low=1, doc="neighbours retrieved from the client's datastore"),

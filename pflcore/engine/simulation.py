@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from ..algorithms import make_algorithm
+from ..algorithms import ALGORITHMS, make_algorithm
 from ..algorithms.base import ADAPT, COLLECT, EVALUATE, TRAIN, Algorithm, Client, FederationInfo, ServerContext
 from .. import records
 from ..config import ExperimentConfig, as_config
@@ -357,7 +357,11 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
         else:
             sim.use_workers(config.workers)
         try:
-            result = _run_rounds(sim, rundir, on_round_end)
+            # a paper-preset run (records on) whose method trains as one already finished: score that one
+            scoring = records.active_notebook() is not None and not records.training_forced()
+            base = finished_base_run(config) if scoring else None
+            result = (_scored_from(sim, rundir, base) if base is not None
+                      else _run_rounds(sim, rundir, on_round_end))
         finally:
             if executor is None:
                 sim.close()
@@ -383,10 +387,60 @@ def _recorded(result: RunResult) -> RunResult:
             derived["global_test_acc"] = global_test_accuracy(result)
         except ValueError:  # a personal predictor per client: no global model to score
             pass
-    path = records.write(records.from_result(result, notebook, derived=derived))
+    notes = []
+    if "scored_from" in result.summary:
+        base = result.summary["scored_from"]
+        notes.append(f"Scored from the final state of the {base['method']} run of the same setting (fingerprint "
+                     f"{base['fingerprint']}), whose training this method shares exactly, instead of training "
+                     "again: only the final round is evaluated, so the best round is the final one.")
+    path = records.write(records.from_result(result, notebook, notes=notes, derived=derived))
     result.summary.update(derived)
     print(f"record written: {path}", flush=True)
     return result
+
+
+def finished_base_run(config: ExperimentConfig) -> RunResult | None:
+    """The finished run, in the same ``output_dir``, of the method whose training ``config``'s
+    method shares exactly (:attr:`Algorithm.trains_as`: FedAvg-FT and kNN-Per train as
+    FedAvg), with its final state; ``None`` if there is none (or the run is named, or holds
+    new clients, which the base's training would not have scored)."""
+    base_method = ALGORITHMS[config.method].trains_as
+    if base_method is None or config.name is not None or config.new_clients:
+        return None
+    params = {k: v for k, v in config.method_params.items() if k in ALGORITHMS[base_method].hyperparams}
+    try:
+        base_dir = RunDirectory(config.replace(method=base_method, method_params=params))
+    except (ValueError, OSError):  # a folder in use, in conflict or not writable: train instead
+        return None
+    if not base_dir.finished or not (base_dir.path / FINAL_STATE).exists():
+        return None
+    return RunResult.load(base_dir.path)
+
+
+def _scored_from(sim: Simulation, rundir: RunDirectory, base: RunResult) -> RunResult:
+    """This run scored from ``base``'s final state instead of trained: the same training
+    (:attr:`Algorithm.trains_as`), so the same final server and client states, evaluated with
+    this method's predictor (a test checks that this equals training it). Only the final
+    round is evaluated; the per-round training metrics are the base run's."""
+    config, data = sim.config, sim.data
+    t0 = time.perf_counter()
+    rundir.start()
+    rundir.write_partition(list(data.partition.train), list(data.partition.test))
+    this_stretch = records.stretch(config.rounds - 1)
+    sim.restore(base.final_state())
+    acc = sim.evaluate(config.rounds - 1)
+    evaluated = set(summarize(acc, data.test_sizes))
+    history = [{k: v for k, v in h.items() if k not in evaluated} for h in base.history]
+    history[-1].update(summarize(acc, data.test_sizes))
+    seconds = float(base.summary["seconds"])  # the rounds are the base run's; add this evaluation
+    seconds += time.perf_counter() - t0
+    history[-1]["seconds"] = seconds
+    scored_from = {"method": base.config.method, "fingerprint": base.config.fingerprint(),
+                   "seconds_of_rounds": float(base.summary["seconds"])}
+    return _result(config, history, [acc.tolist()], [config.rounds], seconds, data, rundir,
+                   final_state=sim.snapshot(), stretches=[records.end_stretch(this_stretch, config.rounds,
+                                                                               time.perf_counter() - t0)],
+                   extra_summary={"scored_from": scored_from})
 
 
 def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None) -> RunResult:
@@ -451,7 +505,7 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
 def _result(config: ExperimentConfig, history: list[dict], acc_history: list[list[float]],
             eval_rounds: list[int], seconds: float, data: FederatedData, rundir: RunDirectory,
             failure_counters: Iterable[str] = (), final_state: dict | None = None,
-            stretches: list[dict] | None = None) -> RunResult:
+            stretches: list[dict] | None = None, extra_summary: dict | None = None) -> RunResult:
     accs = np.asarray(acc_history, dtype=np.float64)
     means = np.array([h["acc_mean"] for h in history if "acc_mean" in h])
     pooled = np.array([h["acc_weighted"] for h in history if "acc_weighted" in h])
@@ -483,6 +537,7 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
         warnings.warn(f"{config.method} counted failures of its own ({', '.join(failures)}), so these results "
                       f"are not those of the method as specified; summary.json in {rundir.path} records the totals.",
                       MethodFailureWarning, stacklevel=4)
+    summary.update(extra_summary or {})
     summary["provenance"] = records.provenance(config, stretches or [], seconds, config.rounds)
     clients = {"final": accs[-1], "best": accs[best], "history": accs, "eval_rounds": np.asarray(eval_rounds),
                "train_sizes": data.train_sizes, "test_sizes": data.test_sizes,
