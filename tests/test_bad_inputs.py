@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,6 +66,22 @@ CONFIG_CASES = [
     ({"partition": {"kind": "dominant", "s": 2}}, "'partition.s'"),
     ({"partition": {"kind": ["iid"]}}, "'partition'"),
     ({"model": "fedpac_cnn"}, "'model' = 'fedpac_cnn'"),  # its convolutions need more than 8x8 pixels
+    # hostile sizes (issue 33): a bound, and the sentence quotes the value shortened
+    ({"num_clients": 10**9}, "'num_clients' = 1000000000 is not allowed: it must be at most 100000"),
+    ({"seed": 10**5000}, "'seed' = <an integer of about 5001 digits>"),
+    ({"workers": 10**9}, "'workers' = 1000000000"),
+    ({"lr": "x" * 10**7}, "'lr' = 'xxxx"),
+    ({"lr": [0.1] * 10**6}, "'lr' = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, ...]"),
+    ({"method": "moon", "method_params": {"projection_dim": 10**9}}, "'method_params.projection_dim' = 1000000000"),
+    ({"method": "fedem", "method_params": {"M": 10**6}}, "'method_params.M' = 1000000"),
+    ({"method": "hypcluster", "method_params": {"k": 10**6}}, "'method_params.k' = 1000000"),
+    ({"partition": {"kind": "dirichlet", "alpha": 0.1, "max_retries": 10**12}}, "'partition.max_retries'"),
+    ({"partition": {"kind": "iid", "samples_per_client": 10**9}}, "needs at least"),
+    ({"shift": {"kind": "rotation", "groups": 10**9}}, "'groups' = 1000000000"),
+    # careless inputs: a name must be printable, keys must be names
+    ({"name": "a\nb"}, "'name' = 'a\\nb'"),
+    ({"name": "run\x1b[31m"}, "'name'"),
+    ({"partition": {"kind": "iid", 1: 2}}, "'partition' has the key 1"),
 ]
 
 
@@ -78,7 +95,7 @@ def test_bad_config_is_one_sentence_before_any_work(tmp_path, changes, words):
         pflcore.run(values)
     message = str(info.value)
     assert words in message
-    assert "\n" not in message and message.endswith(".")
+    assert "\n" not in message and message.endswith(".") and len(message) < 600
     assert not out.exists()
 
 
@@ -230,3 +247,134 @@ def test_cli_names_a_damaged_result_file(tmp_path, monkeypatch, capsys, damaged)
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert damaged in err and "Traceback" not in err and "weights_only" not in err
+
+
+# ---------------------------------------------------------------------- issue 33: the edges
+@pytest.mark.parametrize("value, words", [(None, "not None"), ([TINY], "not a value of type list"),
+                                          ("experiment.yaml", "ExperimentConfig.from_yaml")])
+def test_run_given_something_else_than_a_config_is_one_sentence(value, words):
+    import pflcore
+
+    with pytest.raises(ConfigError, match=words):
+        pflcore.run(value)
+
+
+def test_a_repeated_yaml_key_names_the_key_and_both_lines(tmp_path):
+    from pflcore.config import read_config_file
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: fedavg\nlr: 0.1\nrounds: 3\nlr: 0.2\n")
+    with pytest.raises(ConfigError, match=r"repeats the key 'lr' \(lines 2 and 4\)"):
+        read_config_file(path)
+    path.write_text("base: &b {lr: 0.1}\nx:\n  <<: *b\n  lr: 0.3\n")  # a merge key may be overridden
+    assert read_config_file(path)["x"] == {"lr": 0.3}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "large", "aliases"])
+def test_config_input_is_a_regular_file_of_sane_size(tmp_path, kind):
+    """A FIFO is not waited on, /dev/zero not read to the end of memory, a huge file not read
+    at all, and aliases that expand to 10^9 values refused."""
+    from pflcore.config import read_config_file
+
+    path = tmp_path / "exp.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "large":
+        path.write_bytes(b"#" * (2 << 20))
+    else:
+        path.write_text("a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+            f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)))
+    words = {"fifo": "not a regular file", "device": "not a regular file", "large": "more than the 1048576",
+             "aliases": "expands through its aliases"}[kind]
+    with pytest.raises(ConfigError, match=words):
+        read_config_file(path)
+
+
+def test_a_list_parameter_given_text_is_refused_in_its_own_terms():
+    """papermill's ``-p methods fedavg`` passes the text 'fedavg' where the notebook takes a list."""
+    from pflcore.notebooks import check_parameter_types
+
+    smoke = {"methods": ["fedavg", "fedpac"], "rounds": 3, "train": False, "data_root": None}
+    with pytest.raises(ConfigError, match="parameter 'methods' = 'fedavg' is not allowed: it must be a list"):
+        check_parameter_types("fedpac/t1_main", smoke, {"methods": "fedavg"})
+    with pytest.raises(ConfigError, match="'rounds' = '3'.*a number"):
+        check_parameter_types("fedpac/t1_main", smoke, {"rounds": "3"})
+    with pytest.raises(ConfigError, match="'train' = 1.*true or false"):
+        check_parameter_types("fedpac/t1_main", smoke, {"train": 1})
+    check_parameter_types("fedpac/t1_main", smoke, {"methods": ["fedavg"], "rounds": 2.5, "data_root": "/x"})
+
+
+def test_a_full_disk_names_the_path_and_says_the_same_command_resumes(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import pflcore.engine
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out" / "r" / "metrics.json"))
+
+    monkeypatch.setattr(pflcore.engine, "run", full)
+    code = main(["run", "--method", "fedavg", "--dataset", "digits", "--set", "model=mlp", "--output-dir",
+                 str(tmp_path / "out"), "--name", "r", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "Errno" not in err
+    assert f"{tmp_path / 'out' / 'r' / 'metrics.json'}: no space left on device" in err
+    assert "the same command starts again from round 1" in err
+
+
+def test_an_os_error_is_described_with_its_path():
+    from pflcore.cli import describe
+
+    text = describe(NotADirectoryError(20, "Not a directory", "/dev/null/smoke"))
+    assert text == "/dev/null/smoke: not a directory."
+
+
+def _deploy_main(*args: str) -> tuple[int, str]:
+    pytest.importorskip("flwr")
+    from pflcore.flower.deploy import main as deploy_main
+
+    return deploy_main(list(args)), ""
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--config", "missing.yaml"], "config file 'missing.yaml' does not exist."),
+    (["--config", "bad.yaml"], "config field 'lr' = -1 is not allowed"),
+    (["--config", "ok.yaml", "--supernodes", "0"], "supernodes = 0 is not allowed: it must be an integer >= 1."),
+    (["--config", "ok.yaml", "--supernodes", "1000000"], "it must be at most 2 (one per client of this run's 2"),
+    (["--config", "ok.yaml", "--run-timeout", "nan"], "run_timeout = nan is not allowed"),
+])
+def test_deploy_answers_a_mistake_in_one_line(tmp_path, monkeypatch, capsys, args, words):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PFLCORE_DEBUG", raising=False)
+    (tmp_path / "ok.yaml").write_text("method: fedavg\ndataset: digits\nmodel: mlp\nnum_clients: 2\nrounds: 1\n"
+                                      "partition: {kind: iid}\nworkers: 0\n")
+    (tmp_path / "bad.yaml").write_text("method: fedavg\ndataset: digits\nmodel: mlp\nlr: -1\n")
+    code, _ = _deploy_main(*args, "--workdir", str(tmp_path / "work"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert err[0].startswith("python -m pflcore.flower.deploy: ") and words in err[0], err
+    assert not (tmp_path / "work").exists()  # refused before anything started
+    with pytest.raises(ValueError, match=re.escape(words.split(" (")[0][:40])):
+        _deploy_main(*args, "--workdir", str(tmp_path / "work"), "--debug")
+
+
+def test_simulate_refuses_a_million_supernodes_in_one_sentence(tmp_path):
+    pytest.importorskip("flwr")
+    from pflcore.flower import simulate
+
+    with pytest.raises(ConfigError, match=r"num_supernodes = 1000000 is not allowed: it must be at most 2"):
+        simulate({**TINY, "output_dir": str(tmp_path / "r")}, num_supernodes=10**6)
+    assert not (tmp_path / "r").exists()
+
+
+FINGERPRINTS = {"tiny": "e676c26aac", "fedem": "55fd73eb50", "default": "f72bf7ed9a"}  # at 7348943~1
+
+
+def test_fingerprints_of_valid_configs_are_unchanged():
+    """Bounds only refuse; a valid config keeps the fingerprint its records are keyed by
+    (values computed before issue 33's bounds were added)."""
+    assert ExperimentConfig.from_dict(TINY).fingerprint() == FINGERPRINTS["tiny"]
+    assert ExperimentConfig.from_dict({**TINY, "method": "fedem", "method_params": {"M": 3}}).fingerprint() \
+        == FINGERPRINTS["fedem"]
+    assert ExperimentConfig().fingerprint() == FINGERPRINTS["default"]

@@ -157,9 +157,13 @@ def make_shift(spec: dict[str, Any], num_classes: int, seed: int, num_clients: i
     return rotation(**params)
 
 
+#: The most groups a shift may have: one client each at most (pflcore.config.MAX_CLIENTS).
+MAX_GROUPS = 100_000
+
+
 def check_shift(spec: Any) -> None:
     """Raise ShiftError (one sentence) unless ``spec`` describes a known shift."""
-    if not isinstance(spec, dict) or spec.get("kind") not in SHIFTS:
+    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str) or spec["kind"] not in SHIFTS:
         raise ShiftError(f"shift {shorten(spec)} is not allowed: use a mapping with 'kind' one of {sorted(SHIFTS)}.")
     allowed = PARAMETERS[spec["kind"]]
     extra = set(spec) - allowed - {"kind"}
@@ -170,8 +174,9 @@ def check_shift(spec: Any) -> None:
         _check_corruption(spec)
         return
     groups = spec.get("groups", 5)
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
-        raise ShiftError(f"shift parameter 'groups' = {shorten(groups)} is not allowed: it must be an integer >= 1.")
+    if not isinstance(groups, int) or isinstance(groups, bool) or not 1 <= groups <= MAX_GROUPS:
+        raise ShiftError(f"shift parameter 'groups' = {shorten(groups)} is not allowed: it must be an integer in "
+                         f"[1, {MAX_GROUPS}] (a group is a set of clients, and a run has at most that many).")
     angles = spec.get("angles")
     if angles is not None and (not isinstance(angles, (list, tuple)) or len(angles) != groups
                                or not all(isinstance(a, (int, float)) for a in angles)):
