@@ -3,7 +3,6 @@ trains in well under a second per round."""
 from __future__ import annotations
 
 import os
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -24,26 +23,6 @@ torch.set_num_threads(1)
 FEDCP_MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist-fedcp-dir0.1"
 needs_fedcp_mnist = pytest.mark.skipif(not (FEDCP_MNIST / "config.json").is_file(),
                                        reason=f"{FEDCP_MNIST} is not present")
-
-
-# Hypothesis (tests/test_fuzz.py): profile "ci", a small, fixed set of examples, by default and
-# under CI; "local" (HYPOTHESIS_PROFILE=local), many random ones. Each example has a deadline;
-# every failure either profile finds is kept in test_fuzz.py as an explicit @example.
-try:
-    from datetime import timedelta
-
-    from hypothesis import HealthCheck
-    from hypothesis import settings as _hypothesis_settings
-except ImportError:  # the test extra is not installed: test_fuzz.py skips itself
-    pass
-else:
-    _slow_ok = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
-    _hypothesis_settings.register_profile("ci", max_examples=100, derandomize=True, database=None,
-                                          deadline=timedelta(seconds=30), suppress_health_check=_slow_ok,
-                                          print_blob=True)
-    _hypothesis_settings.register_profile("local", max_examples=1000, deadline=timedelta(seconds=30),
-                                          suppress_health_check=_slow_ok, print_blob=True)
-    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
 
 # Hypothesis (tests/test_fuzz.py): profile "ci", a small, fixed set of examples, by default and
