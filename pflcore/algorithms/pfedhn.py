@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
-from ..training import INIT_KEY, SGDStep, TrainSettings, derive_seed
+from ..training import INIT_KEY, Batch, SGDStep, TrainSettings, derive_seed
 from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
 
 
@@ -109,14 +109,16 @@ class PFedHN(Algorithm):
         per_epoch = -(-client.num_samples // client.settings.batch_size)
         steps = int(self.local_steps) or client.settings.epochs * per_epoch
         step, losses = client.sgd(params), []
+
+        def train_step(batch: Batch) -> torch.Tensor:
+            with batch.precision():
+                loss = nn.functional.cross_entropy(model(batch.x), batch.y)
+            step.update(clipped(list(torch.autograd.grad(loss, params)), float(self.clip)))
+            losses.append(loss.detach())  # reported as the mean of the stacked losses, as before
+            return loss
+
         with client.trainable(model, params):
-            for i, (x, y) in enumerate(client.batches(epochs=-(-steps // per_epoch) if steps else 0)):
-                if i == steps:
-                    break
-                with client.precision():
-                    loss = nn.functional.cross_entropy(model(x), y)
-                step.update(clipped(list(torch.autograd.grad(loss, params)), float(self.clip)))
-                losses.append(loss.detach())
+            client.loop(train_step, epochs=-(-steps // per_epoch) if steps else 0, max_steps=steps)
         delta = {name: payload["model"][name] - p.detach() for name, p in model.named_parameters()}
         return {"delta": delta, "num_samples": client.num_samples,
                 "loss": float(torch.stack(losses).mean()) if losses else 0.0}
