@@ -222,6 +222,25 @@ def test_the_solution_is_its_template_rendered_with_the_executed_values(name):
 
 
 @pytest.mark.slow
+def test_the_generator_evaluates_the_placeholders_in_the_executed_notebook(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 2", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("y = x * 21")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "00_toy.ipynb"
+    nbformat.write(nb, path)
+    template = "<!-- values:\nz = y + 1\n-->\n# Toy\n\ny is {{ y }}, x / 3 is {{ x / 3 | .2f }}, z is {{ z }}; {{ nothing }}.\n"
+    values = execute_values(path, template, tmp_path, keep=tmp_path / "executed.ipynb")
+    assert values["{{ y }}"] == "42" and values["{{ x / 3 | .2f }}"] == "0.67" and values["{{ z }}"] == "43"
+    assert values["{{ nothing }}"].startswith("ERROR NameError")  # one bad expression does not lose the others
+    good = {k: v for k, v in values.items() if k != "{{ nothing }}"}
+    with pytest.raises(TeachingError, match="no value for {{ nothing }}"):
+        render_solution("toy", template, good)
+    text = render_solution("toy", template.replace("; {{ nothing }}", ""), good)
+    assert text.endswith("# Toy\n\ny is 42, x / 3 is 0.67, z is 43.\n") and "values:" not in text
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("PFLCORE_TEACHING_EXECUTE"),
                     reason="executes every walkthrough at its classroom values (about 2 minutes each on 2 cores); "
                            "set PFLCORE_TEACHING_EXECUTE=1")
