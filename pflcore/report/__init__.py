@@ -141,7 +141,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
     the path of ``index.html``. ``execute``: also run the paper notebooks from the records
     (papermill) and include them as HTML."""
     from ..analysis.record_figures import plot_seed_curves
-    from .pages import Page, render_index, render_paper
+    from .pages import Page, render_index, render_paper, render_records
 
     t0 = time.perf_counter()
     root = project_root(root)
@@ -171,6 +171,13 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
     for page in pages.values():
         (out / f"{page.paper}.html").write_text(render_paper(page, verdict), encoding="utf-8")
+    hrefs = {}
+    for path, _ in found:  # each record's JSON travels with the site, linked from the records page
+        rel = path.relative_to(root / records.RECORDS_FOLDER)
+        (out / "records" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, out / "records" / rel)
+        hrefs[path] = f"records/{rel.as_posix()}"
+    (out / "records.html").write_text(render_records(found, hrefs), encoding="utf-8")
     index = out / "index.html"
     index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0), encoding="utf-8")
     log(f"report: {index} ({time.perf_counter() - t0:.0f} s)")

@@ -25,14 +25,14 @@ th { background: #f2f2f2; } td.l, th.l { text-align: left; }
 .holds { color: #1a7f37; font-weight: 600; } .does-not-hold { color: #b35900; font-weight: 600; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 nav a { margin-right: 1em; } p.protocol { background: #f7f7f7; padding: 0.6em; border-left: 3px solid #999; }
-code { background: #f4f4f4; padding: 0 0.2em; }
+code { background: #f4f4f4; padding: 0 0.2em; } .nowrap { white-space: nowrap; }
 """
 
 _ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 _BASE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title><style>{{ style }}</style></head>
-<body><nav><a href="index.html">Status</a>{% for p, name in papers %}<a href="{{ p }}.html">{{ name }}</a>{% endfor %}</nav>
+<body><nav><a href="index.html">Status</a>{% for p, name in papers %}<a href="{{ p }}.html">{{ name }}</a>{% endfor %}<a href="records.html">Records</a></nav>
 {{ body }}
 <hr><p><small>Built by pflcore {{ version }} from the run records in <code>reproductions/</code>
 (<code>pflcore report</code>). No number on this page is typed by hand.</small></p></body></html>
@@ -45,11 +45,12 @@ of the four papers: <b>reproduced</b> (every recorded row within one std over se
 <b>differs</b> (the paper's page says where and why), <b>reference only</b> (the paper's dataset cannot be had
 here; the same experiment runs on another), <b>cannot run here</b> (the paper's datasets are not available on
 this machine), <b>not run yet</b> (no record).</p>
+<p>{% for status, count in counts %}<span class="{{ status[1] }}">&nbsp;{{ count }} {{ status[0] }}&nbsp;</span>{% if not loop.last %} &middot; {% endif %}{% endfor %}</p>
 <table><tr><th class="l">paper</th><th class="l">item</th><th class="l">what</th><th class="l">status</th>
 <th class="l">detail</th><th class="l">notebook</th></tr>
 {% for row in rows %}
 <tr class="{{ row.css }}"><td class="l"><a href="{{ row.paper }}.html">{{ row.paper_name }}</a></td><td class="l">{{ row.id }}</td>
-<td class="l">{{ row.what }}</td><td class="l">{{ row.status }}</td><td class="l">{{ row.detail }}</td>
+<td class="l">{{ row.what }}</td><td class="l nowrap">{{ row.status }}</td><td class="l">{{ row.detail }}</td>
 <td class="l"><code>{{ row.notebook }}</code></td></tr>
 {% endfor %}
 </table>
@@ -172,8 +173,11 @@ def render_index(catalogue: list, table_status: dict, found: list, seconds: floa
         rows.append({"paper": item.paper, "paper_name": display_name(item.paper), "id": item.id, "what": item.what,
                      "status": status, "detail": detail, "notebook": item.notebook, "css": css})
     size = sum(p.stat().st_size for p, _ in found)
+    order = ["reproduced", "differs", "reference only", "not run yet", "cannot run here"]
+    counts = [((status, next(r["css"] for r in rows if r["status"] == status)), sum(r["status"] == status for r in rows))
+              for status in order if any(r["status"] == status for r in rows)]
     body = _ENV.from_string(_INDEX).render(n_records=len(found), size_kb=f"{size / 1024:,.0f}", rows=rows,
-                                           seconds=f"{seconds:.0f}")
+                                           seconds=f"{seconds:.0f}", counts=counts)
     return _wrap("pflcore reproduction report", body)
 
 
@@ -188,3 +192,38 @@ def notebook_html(path: Path) -> str:
     body = re.sub(r"<script[^>]*src=\"https?://[^\"]*\"[^>]*>\s*</script>", "", body)
     body = re.sub(r"<link[^>]*href=\"https?://[^\"]*\"[^>]*>", "", body)
     return body
+
+
+_RECORDS = """
+<h1>Run records</h1>
+<p>Every record behind the report ({{ rows | length }}), with where and how it ran. Each links to its JSON
+file (schema: <code>reproductions/SCHEMA.md</code> in the repository).</p>
+<table><tr><th class="l">notebook</th><th class="l">method</th><th>seed</th><th class="l">fingerprint</th>
+<th class="l">pflcore commit</th><th class="l">finished (UTC)</th><th class="l">machine</th><th>workers</th>
+<th>s/round</th><th>load</th><th class="l">notes</th></tr>
+{% for r in rows %}
+<tr><td class="l">{{ r.notebook }}</td><td class="l"><a href="{{ r.href }}">{{ r.method }}</a></td><td>{{ r.seed }}</td>
+<td class="l"><code>{{ r.fingerprint }}</code></td><td class="l"><code>{{ r.commit }}</code></td><td class="l">{{ r.finished }}</td>
+<td class="l">{{ r.machine }}</td><td>{{ r.workers }}</td><td>{{ r.spr }}</td><td>{{ r.load }}</td><td class="l">{{ r.notes }}</td></tr>
+{% endfor %}
+</table>
+"""
+
+
+def render_records(found: list, hrefs: dict) -> str:
+    """The records page: provenance of every record, each linked to its JSON copy in the site."""
+    rows = []
+    for path, record in found:
+        p = record["provenance"]
+        loads = [s.get(k) for s in p.get("stretches", []) for k in ("load_at_start", "load_at_end")]
+        loads = [x for x in loads if isinstance(x, (int, float))]
+        commit = (p.get("git_commit") or "unknown")[:10] + (" (dirty)" if p.get("git_dirty") else "")
+        machine = (p.get("gpu") or f"{p.get('cpu_model', '?')}, {p.get('cpu_count', '?')} cores")
+        spr = p.get("seconds_per_round")
+        rows.append({"notebook": record["notebook"], "method": display_name(record["config"]["method"]),
+                     "seed": record["seed"], "fingerprint": record["fingerprint"], "commit": commit,
+                     "finished": (p.get("finished") or "")[:16].replace("T", " "), "machine": machine,
+                     "workers": p.get("workers", ""), "spr": f"{spr:.1f}" if isinstance(spr, (int, float)) else "",
+                     "load": f"{min(loads):.1f}-{max(loads):.1f}" if loads else "",
+                     "notes": " ".join(record.get("notes", [])), "href": hrefs[path]})
+    return _wrap("Run records", _ENV.from_string(_RECORDS).render(rows=rows))
