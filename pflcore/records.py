@@ -22,6 +22,7 @@ beside the shipped record, metric by metric.
 """
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import json
 import math
@@ -223,6 +224,8 @@ def from_result(result: Any, notebook: str | None, notes: list[str] | None = Non
     prov = summary.pop("provenance", None) or {"note": "run finished before pflcore recorded provenance"}
     summary.update(derived or {})
     clients = {k: _exact(np.asarray(v)) for k, v in result.clients.items() if k in CLIENT_ARRAYS}
+    if result.clients.get("correct") is not None:
+        clients["correct"] = pack_correct(result.clients["correct"])
     evals = {int(r) for r in np.asarray(result.eval_rounds).tolist()}
     keep = kept_rounds if kept_rounds is not None else (evals | {1})
     arrays: dict[str, dict[str, Any]] = {}
@@ -306,6 +309,25 @@ def floats(values: Any) -> np.ndarray:
 def unrecorded(value: Any) -> Any:
     """None (how a record writes NaN) back to NaN, in a flat mapping's values."""
     return {k: (float("nan") if v is None else v) for k, v in value.items()}
+
+
+def pack_correct(per_client: list[np.ndarray]) -> str:
+    """Per-client boolean arrays (each client's test samples in order) as one base64 string of
+    packed bits; the clients' test sizes split it again (:func:`unpack_correct`)."""
+    bits = np.concatenate([np.asarray(a, dtype=bool) for a in per_client]) if per_client else np.zeros(0, bool)
+    return base64.b64encode(np.packbits(bits).tobytes()).decode("ascii")
+
+
+def unpack_correct(record: dict) -> np.ndarray | None:
+    """All clients' per-sample hits of the final predictors, concatenated in client order
+    (``None`` for a record without them)."""
+    packed = record["clients"].get("correct")
+    if not isinstance(packed, str):
+        return None
+    total = int(sum(size for cid, size in enumerate(record["clients"]["test_sizes"])
+                    if record["clients"]["final"][cid] is not None))
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(packed), dtype=np.uint8))[:total]
+    return bits.astype(bool)
 
 
 def describe(record: dict, path: Path) -> str:

@@ -41,6 +41,12 @@ def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, mak
     assert len(record["history"]) == 2 and len(record["clients"]["final"]) == 4
     # FedPAC's combination weights: the per-round arrays a figure draws (round 1 and evaluated rounds)
     assert set(record["arrays"]) and all(set(rounds) <= {"1", "2"} for rounds in record["arrays"].values())
+    # which test samples each client's final predictor gets right: paired tests from records alone
+    hits = records.unpack_correct(record)
+    sizes = np.asarray(record["clients"]["test_sizes"])
+    assert hits.size == sizes.sum()
+    per_client = np.split(hits, np.cumsum(sizes)[:-1])
+    np.testing.assert_array_equal([h.mean() for h in per_client], result.client_acc)
     # summary.json of the run carries the same provenance
     summary = json.loads((result.path / "summary.json").read_text())
     assert summary["provenance"]["git_commit"] == prov["git_commit"]

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import pytest
 
 from pflcore import records
@@ -133,3 +134,18 @@ def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(
             if spec.notebook in notebooks:
                 page = (index.parent / f"{spec.paper}.html").read_text()
                 assert spec.title in page and "Protocol." in page
+
+
+def test_close_rivals_are_compared_on_the_same_test_samples_per_seed():
+    from pflcore.report import same_samples
+
+    def with_hits(method, seed, hits):
+        r = record("fedpac/t1_main", method, seed, 90.0)
+        r["clients"].update(final=[0.5, 0.5], test_sizes=[4, 4],
+                            correct=records.pack_correct([np.array(hits[:4]), np.array(hits[4:])]))
+        return r
+
+    a = Cell("c", "fedpac", runs=[with_hits("fedpac", 0, [1, 1, 1, 1, 1, 1, 0, 0])])
+    b = Cell("c", "ditto", runs=[with_hits("ditto", 0, [0, 0, 0, 1, 1, 1, 1, 0])])
+    [(seed, only_a, only_b, p)] = same_samples(a, b)
+    assert (seed, only_a, only_b) == (0, 3, 1) and p == pytest.approx(0.625)  # 2 * P(X <= 1), X ~ Bin(4, 1/2)

@@ -1,8 +1,8 @@
 """A finished run, revisited: its final server and client states restored into a
 simulation, to analyse the trained models (features, t-SNE) or to score them again with
 other evaluation-time settings (kNN-Per's lambda and k, FedAvg-FT's or FedEM-FT's
-fine-tuning epochs, Fed-RoD's prediction) without training again, or to compare two
-runs sample by sample on the same test samples (:func:`paired_comparison`).
+fine-tuning epochs, Fed-RoD's prediction) without training again, (two runs compared
+sample by sample: :func:`pflcore.analysis.statistics.paired_comparison`).
 
     from pflcore.engine.revisit import reevaluate
     acc = reevaluate("results/paper/fedpac/knn_per-fmnist-...", {"lam": 0.7})
@@ -12,13 +12,13 @@ those the run's own settings trained.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
+from ..data.shifts import corrupt_client
 from ..data.sources import load_dataset
 from ..training import INFERENCE_BATCH, predict_correct
 from .results import RunResult
@@ -63,50 +63,42 @@ def client_predictions(result: RunResult | str | Path, client_id: int, split: st
         sim.close()
 
 
-def paired_comparison(result_a: RunResult | str | Path, result_b: RunResult | str | Path) -> dict[str, float | int]:
-    """Two finished runs' final predictors compared sample by sample on the same test samples
-    (the runs must share dataset and partition): how many samples only A, only B classifies
-    correctly, and the exact two-sided McNemar p-value of that split. At the top of a table
-    one seed's pooled accuracies differ by a few samples (FedCP, Table 2: 0.07 points of
-    17,508); pairing the samples keeps their common difficulty out of the comparison, which
-    treating the two accuracies as independent does not."""
-    results = [r if isinstance(r, RunResult) else RunResult.load(r) for r in (result_a, result_b)]
-    sims = [final_simulation(r) for r in results]
-    try:
-        data_a, data_b = (sim.data for sim in sims)
-        if data_a.num_clients != data_b.num_clients or not all(
-                torch.equal(data_a.test[c].x, data_b.test[c].x) and torch.equal(data_a.test[c].y, data_b.test[c].y)
-                for c in range(data_a.num_clients)):
-            raise ValueError("the two runs were not scored on the same test samples (their datasets or partitions "
-                             "differ), so they cannot be compared sample by sample.")
-        a, b = (np.concatenate([predict_correct(sim.predictor(c, r.config.rounds - 1), sim.data.test[c].x,
-                                                sim.data.test[c].y) for c in range(sim.data.num_clients)])
-                for sim, r in zip(sims, results))
-    finally:
-        for sim in sims:
-            sim.close()
-    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
-    return {"samples": int(a.size), "acc_a": 100.0 * float(a.mean()), "acc_b": 100.0 * float(b.mean()),
-            "only_a": only_a, "only_b": only_b, "p_value": mcnemar_exact(only_a, only_b)}
-
-
-def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """Exact two-sided McNemar test: under "A and B are equally accurate" each of the
-    ``only_a + only_b`` discordant samples goes either way with probability 1/2, so the
-    p-value is 2 P(X <= min(only_a, only_b)), X ~ Binomial(only_a + only_b, 1/2), at most 1."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1))
-    return min(1.0, 2 * tail / 2 ** n)
-
-
 def _predictions(sim: Simulation, result: RunResult, client_id: int, split: str) -> np.ndarray:
     x = getattr(sim.data, split)[client_id].x
     model = sim.predictor(client_id, result.config.rounds - 1)
     device = next(model.parameters()).device
     with torch.inference_mode():
         return torch.cat([model(part.to(device)).argmax(1).cpu() for part in x.split(INFERENCE_BATCH)]).numpy()
+
+
+def final_correctness(result: RunResult | str | Path) -> list[np.ndarray] | None:
+    """Which of its own test samples each client's final predictor classifies correctly (one
+    boolean array per client, empty for a client without test data or held out as new), built
+    as the run's last evaluation built it, in one torch thread as the workers run; ``None``
+    if that does not reproduce the run's final accuracies exactly. Two runs' arrays on the same
+    test samples give the paired (McNemar) comparison without the models
+    (:func:`pflcore.analysis.mcnemar_exact`)."""
+    result = result if isinstance(result, RunResult) else RunResult.load(result)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    sim = final_simulation(result)
+    try:
+        last = result.config.rounds - 1
+        out = []
+        for cid in range(sim.data.num_clients):
+            test = sim.data.test[cid]
+            if test.y.shape[0] == 0 or cid in set(sim.new_clients.tolist()):
+                out.append(np.zeros(0, dtype=bool))
+                continue
+            out.append(predict_correct(sim.predictor(cid, last), test.x, test.y))
+    finally:
+        sim.close()
+        torch.set_num_threads(threads)
+    final = np.asarray(result.client_acc, dtype=np.float64)
+    for cid, hits in enumerate(out):
+        if hits.size and not float(hits.mean()) == float(final[cid]):
+            return None
+    return out
 
 
 def global_test_accuracy(result: RunResult | str | Path) -> float:
@@ -153,8 +145,6 @@ def _corrupt_clients(sim: Simulation, clients: list[int], corruption: str, sever
     """Replace these clients' train and test images (in the simulation's worker) by their
     corrupted copies, seeded and cached as the "-S" shift does: undo the normalisation,
     corrupt in [0, 1], normalise again."""
-    from ..data.shifts import corrupt_client
-
     data, worker = sim.data, sim.worker
     if data.mean is None:
         raise ValueError(f"corruptions change images, and {data.dataset_name!r} holds token ids.")

@@ -26,14 +26,16 @@ from ..data.federated import FederatedData
 from ..data.partition import make_partition, subsample
 from ..data.shifts import make_shift
 from ..data.sources import load_dataset
-from ..models import SplitModel, build_model
-from ..training import EVAL_KEY, INIT_KEY, SERVER_KEY, TrainSettings, derive_seed, generator_for
+from ..training import EVAL_KEY, SERVER_KEY, generator_for
 from .evaluation import accuracies, shared_correct, summarize
 from .executors import InProcess, WorkerPool, resolve_workers
-from .jobs import JOB_KINDS, PROBE_KEY, ClientJob, ClientWorker
+from .hooks import take_measurements
+from .jobs import JOB_KINDS, ClientJob, ClientWorker
 from .progress import RoundProgress
 from .results import FINAL_STATE, RunDirectory, RunResult
 from .schedule import held_out_clients, participants
+from .setup import initial_model, train_settings
+from .vectorised import Vectorised
 
 
 class DivergenceError(RuntimeError):
@@ -65,22 +67,6 @@ def build_data(config: ExperimentConfig) -> FederatedData:
     return FederatedData(dataset, partition, device=config.device, transforms=transforms)
 
 
-def initial_model(config: ExperimentConfig, data: FederatedData) -> SplitModel:
-    """The model architecture with weights drawn from the run's seed."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(config.seed, INIT_KEY))
-        model = build_model(config.model, data.in_channels, data.num_classes, data.image_size,
-                            vocab_size=data.vocab_size)  # vocab_size: a token dataset's (None for images)
-    return model.to(config.device, memory_format=torch.channels_last)
-
-
-def train_settings(config: ExperimentConfig) -> TrainSettings:
-    """The clients' local-training settings of a run (round 0's: a client of round t
-    trains with ``settings.for_round(t)``, the lr decayed by ``config.lr_decay ** t``)."""
-    return TrainSettings(config.local_epochs, config.batch_size, config.lr, config.momentum,
-                         config.weight_decay, precision=config.precision or "float32", lr_decay=config.lr_decay)
-
-
 class Simulation:
     """A federation driven from this process: the method, the data, the server state and
     the per-client personal states (only what the method keeps per client).
@@ -102,6 +88,7 @@ class Simulation:
         # new clients (pFedFDA Table 4): kept out of training and out of the per-round scores
         self.new_clients = held_out_clients(data.num_clients, config.new_clients, config.seed)
         self.worker = ClientWorker.for_run(config, data, self.algorithm, self.model)
+        self.hooks = self.worker.hooks  # what the run measures beside the method (engine.hooks)
         self._server_model = copy.deepcopy(self.model)
         self.executor = InProcess(self.worker)
 
@@ -132,15 +119,16 @@ class Simulation:
 
         ``clients`` replaces the schedule's participants (benchmarks, custom schedules)."""
         ids = [int(c) for c in (self.participants(round_index) if clients is None else clients)]
-        received = self._received_head() if self.worker.probe is not None else None
+        for hook in self.hooks:
+            hook.round_start(self, round_index)
         updates, failed = self.dispatch(TRAIN, ids, round_index)
         # With local_epochs = 0 no training step ran, so there is no training loss to report.
         losses = [float(u["loss"]) for u in updates.values() if "loss" in u] if self.config.local_epochs > 0 else []
         record: dict[str, Any] = {"round": round_index + 1, "participants": ids,
                                   "train_loss": float(np.mean(losses)) if losses else float("nan")}
-        probes = {cid: u.pop(PROBE_KEY) for cid, u in updates.items() if PROBE_KEY in u}
-        if probes:
-            record.update(self._probe_statistics(probes, received))
+        measured = take_measurements(self.hooks, updates)
+        for hook in self.hooks:
+            hook.round_end(self, round_index, record, measured.get(hook.key, {}))
         if failed:
             record["failed"] = {str(cid): error for cid, error in failed.items()}
         if not updates:
@@ -155,26 +143,6 @@ class Simulation:
         if self.algorithm.collects(round_index, self.config.rounds):
             self.collect(round_index, record)
         return record
-
-    def _received_head(self) -> dict | None:
-        """The classifier a global method sends this round (None for personal predictors)."""
-        from ..analysis.features import received_head
-
-        return received_head(self)
-
-    @staticmethod
-    def _probe_statistics(probes: dict[int, dict], received: dict | None) -> dict[str, float]:
-        """FedFA Fig. 4 over this round's participants, after local training and before
-        aggregation: the feature distance between their models on the verification set and,
-        for a global method, the similarity of their classifier updates."""
-        from ..analysis.features import classifier_update_similarity, feature_distance
-
-        ids = sorted(probes)
-        out = {"feature_distance": feature_distance([probes[c]["features"] for c in ids])}
-        if received is not None:
-            out["classifier_update_similarity"] = classifier_update_similarity([probes[c]["head"] for c in ids],
-                                                                               received)
-        return out
 
     def collect(self, round_index: int, record: dict) -> None:
         """The collect phase: every training client with training data computes the method's
@@ -269,8 +237,6 @@ class Simulation:
         ``"vectorised"`` in this process, a round's clients trained together
         (:mod:`pflcore.engine.vectorised`)."""
         if workers == "vectorised":
-            from .vectorised import Vectorised
-
             self.close()
             self.executor = Vectorised(self.worker)
             return
@@ -380,13 +346,17 @@ def _recorded(result: RunResult) -> RunResult:
     if notebook is None or result.path is None:
         return result
     derived = {}
-    if "global_test_acc" not in result.summary and (result.path / FINAL_STATE).exists():
-        from .revisit import global_test_accuracy  # revisit builds on this module
+    if (result.path / FINAL_STATE).exists():
+        from .revisit import final_correctness, global_test_accuracy  # revisit builds on this module
 
-        try:
-            derived["global_test_acc"] = global_test_accuracy(result)
-        except ValueError:  # a personal predictor per client: no global model to score
-            pass
+        if "global_test_acc" not in result.summary:
+            try:
+                derived["global_test_acc"] = global_test_accuracy(result)
+            except ValueError:  # a personal predictor per client: no global model to score
+                pass
+        correct = final_correctness(result)
+        if correct is not None:  # per-sample hits of the final predictors: paired tests from records
+            result.clients["correct"] = correct
     notes = []
     if "scored_from" in result.summary:
         base = result.summary["scored_from"]
@@ -480,10 +450,8 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
             record.update(summarize(acc, data.test_sizes))
             acc_history.append(acc.tolist())
             eval_rounds.append(r + 1)
-            if r == config.rounds - 1 and len(sim.new_clients):
-                new_acc = sim.evaluate_new_clients(r)
-                record.update({f"new_{k}": v for k, v in summarize(new_acc, data.test_sizes).items()})
-                record["new_clients_acc"] = new_acc.tolist()
+            for hook in sim.hooks:
+                hook.evaluated(sim, r, record)
             progress.set_postfix(acc=f"{record['acc_mean']:.2f}", loss=f"{record['train_loss']:.3f}")
         seconds += time.perf_counter() - t0
         record["seconds"] = seconds

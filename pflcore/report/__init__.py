@@ -109,6 +109,23 @@ def seed_matched(x: Cell, y: Cell, metric: str) -> tuple[np.ndarray, np.ndarray]
     return pick(x), pick(y)
 
 
+def same_samples(x: Cell, y: Cell) -> list[tuple[int, int, int, float]]:
+    """Per seed both records of which keep their final predictors' per-sample hits: the
+    samples only ``x`` gets right, only ``y``, and the exact McNemar p-value."""
+    from ..analysis.statistics import mcnemar_exact
+
+    out = []
+    for seed in sorted(set(x.seeds()) & set(y.seeds())):
+        ra = next(r for r in x.runs if r["seed"] == seed)
+        rb = next(r for r in y.runs if r["seed"] == seed)
+        a, b = records.unpack_correct(ra), records.unpack_correct(rb)
+        if a is None or b is None or a.shape != b.shape:
+            continue
+        only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+        out.append((seed, only_a, only_b, mcnemar_exact(only_a, only_b)))
+    return out
+
+
 def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
     """Whether ``method`` has the best mean in ``column`` (claims of FedPAC and FedCP); a
     rival within one std is tested paired over seeds."""
@@ -126,7 +143,11 @@ def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
         a, b = seed_matched(mine, rival, metric)
         p = paired_t(a, b)
         text += (f"; paired over {len(a)} seeds against {display_name(rival.method)}: "
-                 + (f"p = {p:.3f}" if p is not None else "too few seeds for a test"))
+                 + (f"t-test p = {p:.3f}" if p is not None else "too few seeds for a t-test"))
+        tests = same_samples(mine, rival)
+        if tests:
+            text += ("; on the same test samples (exact McNemar, per seed): "
+                     + ", ".join(f"seed {seed}: {a_only} vs {b_only}, p = {pv:.3g}" for seed, a_only, b_only, pv in tests))
     complete = all(c.n for (col, m), c in cells.items() if col == column)
     status = "holds" if lead > 0 else "does not hold"
     if not complete:
