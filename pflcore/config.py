@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -242,7 +243,7 @@ class ExperimentConfig:
             raise bad("name", "it must be a plain folder name of printable characters (no '/', no newline or "
                               "other control character, not starting with '.', at most 255 bytes)")
         for name in ("method_params", "partition", "shift"):
-            keys = getattr(self, name) or {}
+            keys = getattr(self, name) if isinstance(getattr(self, name), dict) else {}
             odd = [k for k in keys if not isinstance(k, str)]
             if odd:
                 raise ConfigError(f"config field {name!r} has the key {shorten(odd[0])}, which is not allowed: its "
@@ -323,11 +324,10 @@ def memory_estimate(config: ExperimentConfig, shape: Any) -> int:
     test = p.get("test_fraction")
     test = test if _is_number(test) and 0 < test <= 1 else 0.5
     sample = 8 * shape.seq_len if isinstance(shape, TextShape) else 4 * shape[0] * shape[1] * shape[1]
-    samples = config.num_clients * max(per_client, default=0) * (1 + test)
+    samples = config.num_clients * min(max(per_client, default=0), 10**15) * (1 + test)  # 10**15: no machine's
     count_name = MODEL_COUNTS.get(config.method)
-    copies = 1 + (config.method_params.get(count_name, 0) if count_name else 0)
-    if not _is_int(copies) or copies < 1:
-        copies = 1
+    count = config.method_params.get(count_name, 0) if count_name else 0
+    copies = 1 + (min(count, 10**6) if _is_int(count) and count > 0 else 0)
     return int(samples * (sample + 16)) + copies * _model_bytes(config.model, shape)
 
 
@@ -413,5 +413,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    """A finite int or float (not a bool): NaN and infinity are never allowed."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float (not a bool): NaN and infinity are never allowed, nor an integer
+    too large to be a float (10**400: training would overflow)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return abs(value) <= sys.float_info.max if isinstance(value, int) else math.isfinite(value)

@@ -37,7 +37,7 @@ except ImportError:  # the test extra is not installed: test_fuzz.py skips itsel
     pass
 else:
     _slow_ok = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
-    _hypothesis_settings.register_profile("ci", max_examples=100, derandomize=True, database=None,
+    _hypothesis_settings.register_profile("ci", max_examples=200, derandomize=True, database=None,
                                           deadline=timedelta(seconds=30), suppress_health_check=_slow_ok,
                                           print_blob=True)
     _hypothesis_settings.register_profile("local", max_examples=1000, deadline=timedelta(seconds=30),

@@ -253,8 +253,9 @@ def test_simulate_rejects_bad_arguments_before_any_work(tmp_path):
 
     with pytest.raises(ValueError, match="supernodes"):
         deploy(config, supernodes=0, workdir=tmp_path / "work")
-    with pytest.raises(pflcore.ConfigError, match="neither a JSON object nor an existing"):
-        main(["--config", str(tmp_path / "missing.yaml")])
+    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2  # one line on stderr (tests/test_bad_inputs.py)
+    with pytest.raises(pflcore.ConfigError, match="missing.yaml' does not exist"):
+        main(["--config", str(tmp_path / "missing.yaml"), "--debug"])
     assert not (tmp_path / config.run_name()).exists() and not (tmp_path / "work").exists()
 
 

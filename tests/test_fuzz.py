@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import pflcore  # noqa: E402
@@ -96,13 +96,17 @@ def _fresh_dir() -> Path:
 @example(changes={"partition": {"kind": "iid", 1: 2}})  # a non-text key reached **kwargs (TypeError)
 @example(changes={"shift": {"kind": "rotation", "groups": 10**9}})  # 10^9 angles
 @example(changes={"shift": {"kind": [1]}})  # found by the CLI fuzz: TypeError, unhashable list
+@example(changes={"shift": 1})  # found by the local profile: TypeError (the key check iterated an int)
+@example(changes={"new_clients": 10**400})  # found by the local profile: OverflowError in math.isfinite
 def test_any_config_mapping_is_valid_or_refused_in_one_sentence(changes):
     out = _fresh_dir()
     try:
         values = {**TINY, "output_dir": str(out / "results"), **changes}
         try:
             ExperimentConfig.from_dict(values)
+            event("valid")
         except ConfigError as exc:
+            event("refused")
             assert_one_sentence_naming_a_field(exc)
         assert not (out / "results").exists()  # validation never writes
     finally:
@@ -227,12 +231,15 @@ def test_any_method_partition_and_shift_runs_or_is_refused(drawn, num_clients, l
         try:
             result = pflcore.run(values)
         except REFUSALS as exc:
+            event(f"refused: {type(exc).__name__}")
             assert_one_sentence_naming_a_field(exc)
             assert not (out / "results").exists() or not any((out / "results").iterdir()), "a refusal left files"
             return
         except DivergenceError as exc:  # a known condition of a valid config (a huge lr or step size)
+            event("diverged")
             assert "\n" not in str(exc)
             return
+        event("ran to the end")
         assert result.summary["rounds"] == 1 and (Path(result.path) / "summary.json").is_file()
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -274,6 +281,7 @@ def test_any_command_line_ends_in_one_line(args, with_file, capsys):
         except SystemExit as stop:  # argparse: a usage line and one error line, exit 2
             code = stop.code
         err = capsys.readouterr().err
+        event("ran to the end" if code == 0 else "refused")
         assert "Traceback" not in err and "unexpected" not in err, err
         assert code in (0, 2), (code, err)
         if code == 2 and (out / "results").exists():
@@ -307,6 +315,7 @@ def yaml_documents(draw):
 @given(text=yaml_documents())
 @example(text="lr: 0.1\nrounds: 3\nlr: 0.2\n")  # a repeated key silently kept the last value (issue 33)
 @example(text=ALIAS_BOMB)  # aliases expanding to 10^9 values
+@example(text="shift: 1")  # found by the local profile: TypeError
 def test_any_yaml_document_is_read_or_refused_in_one_sentence(text):
     out = _fresh_dir()
     try:
@@ -315,7 +324,9 @@ def test_any_yaml_document_is_read_or_refused_in_one_sentence(text):
         try:
             values = read_config_file(path)
             ExperimentConfig.from_dict({**TINY, "output_dir": str(out / "results"), **values})
+            event("valid")
         except ConfigError as exc:
+            event("refused")
             assert_one_sentence_naming_a_field(exc)
     finally:
         shutil.rmtree(out, ignore_errors=True)

@@ -67,8 +67,8 @@ class Param:
             return False
         if self.kind is int and not isinstance(value, int):
             return False
-        if not math.isfinite(value):
-            return False
+        if not math.isfinite(value if isinstance(value, float) else 0.0) or abs(value) > 1.7e308:
+            return False  # NaN, infinity, or an integer too large to be a float (math.isfinite raises)
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         if self.high is not None and (value >= self.high if self.high_open else value > self.high):

@@ -240,7 +240,9 @@ def is_int(v: Any) -> bool:
 
 def is_real(v: Any) -> bool:
     """A finite number (not a bool)."""
-    return is_int(v) or (isinstance(v, (float, np.floating)) and math.isfinite(v))
+    if is_int(v):
+        return abs(int(v)) <= 1.7e308  # an integer too large to be a float is not a usable number
+    return isinstance(v, (float, np.floating)) and math.isfinite(v)
 
 
 #: The most redraws a retrying partitioner may make (each redraws the whole partition).
