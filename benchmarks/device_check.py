@@ -302,6 +302,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=440.0, help="seconds for the whole check (default 440)")
     parser.add_argument("--timed-rounds", type=int, default=3)
     parser.add_argument("--cpu-smoke", action="store_true", help="every part at a toy scale on the CPU (no pytest)")
+    parser.add_argument("--skip-cpu", action="store_true",
+                        help="leave out the CPU baseline (when an earlier record of the same machine kind has it)")
     args = parser.parse_args()
     smoke = args.cpu_smoke
     device = "cuda" if torch.cuda.is_available() and not smoke else "cpu"
@@ -318,7 +320,10 @@ def main() -> None:
         check.record["parts"]["pytest"] = {"ok": True, "skipped": "--cpu-smoke"}
     else:
         check.part("pytest", run_tests, min(240.0, check.left() - 150), out.parent)
-    check.part("cpu_baseline", cpu_baseline, smoke, data, 1 if smoke else 2)
+    if args.skip_cpu:
+        check.record["parts"]["cpu_baseline"] = {"ok": True, "skipped": "--skip-cpu"}
+    else:
+        check.part("cpu_baseline", cpu_baseline, smoke, data, 1 if smoke else 2)
     check.part("agreement", agreement, device, smoke, data)
     measured = {m: v for m, v in check.record["parts"]["gpu_rounds"].items() if isinstance(v, dict)}
     check.part("table1_fmnist", table1, device, smoke, data, check, measured)

@@ -50,7 +50,7 @@ from .jobs import ClientJob, ClientResult, ClientWorker
 #: Methods whose training the vectorised executor runs stacked, each tested against the
 #: sequential executor (FedFA runs here too, its own loop one client at a time).
 COVERED = ("fedavg", "fedprox", "fedper", "fedrep", "lg_fedavg", "fedbabu", "local", "ditto", "fedpac", "fedfa",
-           "fedavg_ft")
+           "fedavg_ft", "knn_per")
 
 
 class VectorisedError(ValueError):
@@ -66,31 +66,29 @@ class Vectorised:
             raise VectorisedError(f"the vectorised executor covers {', '.join(COVERED)}; {name} has not been "
                                   "checked against the sequential executor there: use workers 0 or 'auto'.")
         self.worker = worker
-        self._lanes: list[ClientWorker] = []
+        self._lanes: list[_Lane] = []  # kept between calls: a thread's first CUDA work costs (its handles)
         self.stacked_steps = 0  # stacked SGD steps taken (a test and the device check read it)
 
     @staticmethod
     def covers(method: str) -> bool:
         return method in COVERED
 
-    def _lane_worker(self, i: int) -> "_LaneWorker":
+    def _lane(self, i: int) -> "_Lane":
         while len(self._lanes) <= i:
-            lane = copy.copy(self.worker)
-            lane.__class__ = _LaneWorker
-            lane.model = copy.deepcopy(self.worker.model)
-            lane.modules = self.worker.algorithm.client_modules(lane.model)
-            self._lanes.append(lane)
+            worker = copy.copy(self.worker)
+            worker.__class__ = _LaneWorker
+            worker.model = copy.deepcopy(self.worker.model)
+            worker.modules = self.worker.algorithm.client_modules(worker.model)
+            self._lanes.append(_Lane(worker))
         return self._lanes[i]
 
     def run(self, jobs: Sequence[ClientJob]) -> list[ClientResult]:
         if len(jobs) < 2:
             return [self.worker.run(job) for job in jobs]
-        lanes = [_Lane(self._lane_worker(i), job) for i, job in enumerate(jobs)]
-        for lane in lanes:
-            lane.thread.start()
+        lanes = [self._lane(i) for i in range(len(jobs))]
         try:
-            for lane in lanes:
-                lane.resume()
+            for lane, job in zip(lanes, jobs):
+                lane.start(job)
             while True:
                 waiting = [lane for lane in lanes if lane.request is not None]
                 if not waiting:
@@ -107,14 +105,19 @@ class Vectorised:
                         lane.request.error = RuntimeError("another client's job failed")
                         lane.request = None
                     lane.resume()
-                lane.thread.join()
         for lane in lanes:
             if lane.error is not None:
                 raise lane.error
         return [lane.result for lane in lanes]
 
     def close(self) -> None:
-        pass
+        """End the lanes' threads (a later run starts new ones)."""
+        for lane in getattr(self, "_lanes", ()):  # (none if the constructor refused the method)
+            lane.stop()
+        self._lanes = []
+
+    def __del__(self) -> None:
+        self.close()
 
     # -- the stacked loop -----------------------------------------------------------------
     def _train(self, group: list["_Request"]) -> None:
@@ -147,27 +150,43 @@ class _Request:
 
 
 class _Lane:
-    """A client's job in a thread that runs only while the coordinator waits for it."""
+    """A thread (with its own scratch model) that runs one client's job at a time, and only
+    while the coordinator waits for it."""
 
-    def __init__(self, worker: "_LaneWorker", job: ClientJob):
-        self.worker, self.job = worker, job
+    def __init__(self, worker: "_LaneWorker"):
+        self.worker = worker
+        worker.lane = self
+        self.job: ClientJob | None = None
         self.request: _Request | None = None
         self.result: ClientResult | None = None
         self.error: BaseException | None = None
-        self.done = False
+        self.done = True
         self._go, self._back = threading.Semaphore(0), threading.Semaphore(0)
         self.thread = threading.Thread(target=self._main, name="pflcore-lane", daemon=True)
+        self.thread.start()
+
+    def start(self, job: ClientJob) -> None:
+        """Give the lane ``job`` and let it run until it asks for training or finishes."""
+        self.job, self.request, self.result, self.error, self.done = job, None, None, None, False
+        self.resume()
+
+    def stop(self) -> None:
+        self.job = None
+        self._go.release()
+        self.thread.join(timeout=5)
 
     def _main(self) -> None:
-        self._go.acquire()
-        try:
-            self.worker.lane = self
-            self.result = self.worker.run(self.job)
-        except BaseException as e:
-            self.error = e
-        finally:
-            self.done = True
-            self._back.release()
+        while True:
+            self._go.acquire()
+            if self.job is None:
+                return
+            try:
+                self.result = self.worker.run(self.job)
+            except BaseException as e:
+                self.error = e
+            finally:
+                self.done = True
+                self._back.release()
 
     def resume(self) -> None:
         """Let the lane run until it asks for training or finishes."""
