@@ -2,76 +2,139 @@
 with the paper's values marked, each drawn so that small differences stay visible."""
 from __future__ import annotations
 
-from itertools import cycle
 from typing import Mapping
 
 from ..engine.results import RunResult
+from ..papers import display_name
+from .palette import LINE_STYLES, MARKERS, OURS_COLOUR, PAPER_COLOUR, colour, integer_ticks, setting_text
 
-#: Line styles and markers cycled per run, so that coinciding curves stay distinguishable.
-LINE_STYLES = ("-", "--", "-.", ":")
-MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+__all__ = ["LINE_STYLES", "MARKERS", "plot_bars", "plot_curves", "plot_sweep"]
+
+#: Markers that are drawn as outlines only (their face colour would be meaningless).
+_LINE_MARKERS = {"x", "+", "|", "_", "1", "2", "3", "4"}
+
+
+def _titled(ax, title: str | None, setting: str) -> None:
+    """The panel's title, with the runs' shared setting on a second, smaller line."""
+    if title and setting and setting not in title and not setting.startswith(title):
+        ax.set_title(f"{title}\n{setting}", fontsize="medium")
+    elif setting and title and setting.startswith(title):
+        ax.set_title(setting, fontsize="medium")
+    elif title or setting:
+        ax.set_title(title or setting, fontsize="medium")
+
+
+def _legend(ax, entries: int, **options) -> None:
+    """A legend inside the axes for a few entries, beside it (right) for many."""
+    if entries > 6:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
+                  ncol=2 if entries > 16 else 1, **options)
+    else:
+        ax.legend(fontsize="small", **options)
 
 
 def plot_curves(results: Mapping[str, RunResult], key: str = "acc_mean", ax=None, title: str | None = None,
-                paper: Mapping[str, float] | None = None):
-    """One line per run of a per-round metric (``acc_mean``, ``train_loss``, ...), each with
-    its own line style and marker (markers every ~10th point); ``paper``: label -> the
-    paper's final value, drawn as a black cross at the last round."""
+                paper: Mapping[str, float] | None = None, setting: bool | str = True):
+    """One line per run of a per-round metric (``acc_mean``, ``train_loss``, ...), every run
+    given (a run without the metric is still named in the legend), each with the method's
+    display name and its own colour, line style and marker (markers every ~10th point).
+    ``paper``: label -> the paper's final value, a star with a black edge in the method's
+    colour just after the last round, named in the legend. ``setting``: True adds the
+    setting the runs share (dataset, clients, partition, E, rounds) under the title; a
+    string gives it."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 4))
-    styles = zip(cycle(LINE_STYLES), cycle(MARKERS))
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    marked = False
     for i, (label, res) in enumerate(results.items()):
         rounds, values = res.curve(key)
-        style, marker = next(styles)
+        name = display_name(label)
+        if not len(rounds):
+            name += " (no values recorded)"
         hollow = i % 2 == 1  # alternate filled and larger hollow markers: coinciding runs show
-        line, = ax.plot(rounds, values, linestyle=style, marker=marker, markevery=max(1, len(rounds) // 10),
-                        markersize=7 if hollow else 4, markerfacecolor="none" if hollow else None, label=label)
-        if paper and label in paper and len(rounds):
-            ax.plot([rounds[-1]], [paper[label]], "x", color=line.get_color(), markersize=8, markeredgewidth=2)
-    if paper and any(label in paper for label in results):
-        ax.plot([], [], "x", color="k", markersize=8, markeredgewidth=2, label="paper (final)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        line, = ax.plot(rounds, values, color=colour(i), linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                        marker=MARKERS[i % len(MARKERS)], markevery=max(1, len(rounds) // 10),
+                        markersize=7 if hollow else 5, markerfacecolor="none" if hollow else None, label=name)
+        if paper and paper.get(label) is not None and len(rounds):
+            step = (rounds[-1] - rounds[0]) / 40 if len(rounds) > 1 else 0.5
+            ax.plot([rounds[-1] + step], [paper[label]], "*", color=line.get_color(), markersize=13,
+                    markeredgecolor="k", markeredgewidth=0.8, clip_on=False, zorder=4)
+            marked = True
+    if marked:
+        ax.plot([], [], "*", color="white", markeredgecolor="k", markersize=13,
+                label="paper's final value\n(star in the method's colour)")
+    integer_ticks(ax)
     ax.set_xlabel("round")
-    ax.set_ylabel({"acc_mean": "mean client test accuracy (%)", "train_loss": "train loss"}.get(key, key))
+    ax.set_ylabel({"acc_mean": "mean client test accuracy (%)", "acc_weighted": "pooled test accuracy (%)",
+                   "train_loss": "train loss"}.get(key, key))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    if title:
-        ax.set_title(title)
+    _legend(ax, len(results) + marked)
+    _titled(ax, title, setting_text(results) if setting is True else (setting or ""))
     return ax
 
 
-def plot_sweep(results: Mapping[str, Mapping[float, RunResult]], xlabel: str, ax=None, title: str | None = None):
+def plot_sweep(results: Mapping[str, Mapping[float, RunResult]], xlabel: str, ax=None, title: str | None = None,
+               setting: bool | str = True):
     """Final mean accuracy against a swept value (FedPAC Figure 1, appendix C.3): one line
-    per method, ``results[method][x]``, with the std over clients as error bars."""
+    per method, ``results[method][x]``, with the std over clients as error bars; the x ticks
+    are the swept values. ``setting`` as in :func:`plot_curves` (the swept field differs
+    between the runs, so it is left out)."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
-    for label, by_x in results.items():
+    swept: set = set()
+    for i, (label, by_x) in enumerate(results.items()):
         xs = sorted(by_x)
+        swept.update(xs)
         ax.errorbar(xs, [by_x[x].summary["acc_mean"] for x in xs], yerr=[by_x[x].summary["acc_std"] for x in xs],
-                    marker="o", capsize=3, label=label)
+                    color=colour(i), linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)],
+                    capsize=3, label=display_name(label))
+    if 0 < len(swept) <= 12:
+        ax.set_xticks(sorted(swept), [f"{x:g}" for x in sorted(swept)])
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("mean client test accuracy (%)")
+    ax.set_ylabel("mean client test accuracy (%)\n(error bars: std over clients)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    if title:
-        ax.set_title(title)
+    _legend(ax, len(results))
+    runs = [r for by_x in results.values() for r in by_x.values()]
+    _titled(ax, title, setting_text(runs) if setting is True else (setting or ""))
     return ax
+
+
+#: Where the value axis of bars may start above 0: never when 0 is within this share of the
+#: data's top (the bars then simply start at 0).
+_BREAK_ABOVE = 0.5
+
+
+def _mark_break(ax, drawn, width: float) -> None:
+    """The sign of a value axis that does not start at 0: a double slash on the axis and a
+    white gap across every bar, just above the axis' bottom (FedPAC Table 2 bars)."""
+    from matplotlib.patches import Rectangle
+
+    transform = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    gap_y, gap_h = 0.035, 0.03
+    for i in drawn:
+        ax.add_patch(Rectangle((i - width / 2 - 0.02, gap_y), width + 0.04, gap_h, transform=transform,
+                               facecolor="white", edgecolor="none", zorder=2.5, gid="axis-break"))
+    d = 0.012
+    for y in (gap_y, gap_y + gap_h):
+        ax.plot([-d, d], [y - d, y + d], transform=ax.transAxes, color="k", lw=1, clip_on=False, gid="axis-break")
 
 
 def plot_bars(values: Mapping[str, float | None], errors: Mapping[str, float] | None = None,
               paper: Mapping[str, float] | None = None, ax=None, ylabel: str = "accuracy (%)",
               title: str | None = None, zero_based: bool = False):
-    """One bar per label with its value written above it (and above its error bar), error
-    bars from ``errors``, and the paper's values as black crosses; a label whose value is
-    None or NaN gets no bar (a row only the paper has). The value axis spans the data
-    (values, errors and paper values) with a margin, not from 0, so a spread of a few
-    points is visible, and never goes below 0 for non-negative data; ``zero_based=True``
-    for quantities whose ratio matters (times, bytes; signed values keep 0 in view)."""
+    """One bar per label (the method's display name) with its value written above it (and
+    above its error bar), error bars from ``errors``, and the paper's values as a wide
+    magenta line with a diamond across the bar (:data:`~pflcore.analysis.palette.PAPER_COLOUR`),
+    named "paper" in the legend; a label whose value is None or NaN gets no bar (a row only
+    the paper has, still named on the axis).
+
+    The value axis is honest: it starts at 0 when 0 is near the data (or ``zero_based``, for
+    quantities whose ratio matters: times, bytes; signed values keep 0 in view). Otherwise,
+    so that a spread of a few points stays visible, it spans the data with a margin and the
+    break is marked: a double slash on the axis and a gap across every bar."""
     import math
 
     import matplotlib.pyplot as plt
@@ -82,29 +145,36 @@ def plot_bars(values: Mapping[str, float | None], errors: Mapping[str, float] | 
     heights = [float("nan") if values[k] is None else float(values[k]) for k in labels]
     err = [float((errors or {}).get(k, 0.0) or 0.0) for k in labels]
     drawn = [i for i, h in enumerate(heights) if not math.isnan(h)]
-    bars = ax.bar(drawn, [heights[i] for i in drawn], yerr=[err[i] for i in drawn] if errors else None,
-                  capsize=3, color="tab:blue", alpha=0.8)
+    width = 0.7
+    bars = ax.bar(drawn, [heights[i] for i in drawn], width, yerr=[err[i] for i in drawn] if errors else None,
+                  capsize=3, color=OURS_COLOUR, alpha=0.85, error_kw={"ecolor": "#333333", "lw": 1.2},
+                  label="ours" + (" (error bars: std)" if errors else ""))
     ax.bar_label(bars, labels=[f"{heights[i]:.2f}" for i in drawn], padding=3, fontsize=8)
     marked = [(i, float(paper[k])) for i, k in enumerate(labels) if paper and paper.get(k) is not None]
     if marked:
-        ax.plot([i for i, _ in marked], [v for _, v in marked], "x", color="k", markersize=9, markeredgewidth=2,
-                label="paper", zorder=3)
-        ax.legend(fontsize="small", loc="best")
+        xs, ys = [i for i, _ in marked], [v for _, v in marked]
+        ax.hlines(ys, [x - width / 2 for x in xs], [x + width / 2 for x in xs], colors=PAPER_COLOUR, lw=2.5,
+                  zorder=4, label="paper")
+        ax.plot(xs, ys, "D", color=PAPER_COLOUR, markeredgecolor="white", markersize=6, zorder=5)
     points = [heights[i] + s * err[i] for i in drawn for s in (-1, 0, 1)] + [v for _, v in marked]
     low, high = (min(points), max(points)) if points else (0.0, 1.0)
-    if zero_based:
+    if zero_based or low < 0 or low <= _BREAK_ABOVE * high:
         low, high = min(low, 0.0), max(high, 0.0)
         span = max(high - low, abs(high), abs(low), 1e-9)
-        ax.set_ylim(low - (0.12 * span if low < 0 else 0.0), high + 0.15 * span)
+        ax.set_ylim(low - (0.12 * span if low < 0 else 0.0), high + (0.3 if errors or marked else 0.15) * span)
     else:
         span = max(high - low, 1e-9)
-        bottom = low - 0.25 * span - 0.5
-        ax.set_ylim(max(bottom, 0.0) if low >= 0 else bottom, high + 0.2 * span + 0.5)
+        ax.set_ylim(max(low - 0.35 * span - 0.5, 0.0), high + 0.4 * span + 0.5)  # room for the legend
+        if ax.get_ylim()[0] > 0:
+            _mark_break(ax, drawn, width)
     ax.set_xticks(range(len(labels)))
-    long = max(map(len, labels), default=0) > 8
-    ax.set_xticklabels(labels, rotation=30 if long else 0, ha="right" if long else "center")
+    names = [display_name(k) for k in labels]
+    long = max(map(len, names), default=0) > 8
+    ax.set_xticklabels(names, rotation=30 if long else 0, ha="right" if long else "center")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
+    if marked or errors:
+        ax.legend(fontsize="small", loc="upper center", ncol=2, framealpha=0.9)
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize="medium")
     return ax

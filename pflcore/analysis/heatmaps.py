@@ -25,25 +25,36 @@ def weight_matrix(result: RunResult, round_number: int, num_clients: int | None 
 def plot_weight_heatmaps(result: RunResult, rounds: Sequence[int] = (1, 20, 50), groups: int = 5,
                          axes=None, title: str | None = None):
     """One heatmap per round; clients ordered by group (client i is in group i % groups) so
-    that the clients of a group sit side by side and collaboration shows as blocks."""
+    that the clients of a group sit side by side, white lines between the groups, and
+    collaboration shows as blocks. One colour scale for every round, from 0 to the largest
+    weight shown (not to 1); grey: a client that did not take part in that round."""
     import matplotlib.pyplot as plt
 
     n = result.summary["num_clients"]
     order = np.argsort(np.arange(n) % groups, kind="stable")
     rounds = [r for r in rounds if r <= result.summary["rounds"]]
+    if not rounds:
+        raise ValueError(f"none of the rounds asked for is within the run's {result.summary['rounds']} rounds.")
+    matrices = {r: weight_matrix(result, r, n)[np.ix_(order, order)] for r in rounds}
+    top = max((float(np.nanmax(w)) for w in matrices.values() if np.isfinite(w).any()), default=1.0) or 1.0
     if axes is None:
-        _, axes = plt.subplots(1, len(rounds), figsize=(4.2 * len(rounds), 3.8), squeeze=False)
+        side = max(3.8, 0.19 * n + 1.2)  # room for a tick label per client at 8 pt
+        _, axes = plt.subplots(1, len(rounds), figsize=(side * len(rounds) + 1.0, side), squeeze=False)
         axes = axes[0]
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#D9D9D9")
+    edges = np.cumsum(np.bincount(np.arange(n) % groups, minlength=groups))[:-1] - 0.5
+    ticks = np.arange(n) if n <= 30 else np.arange(0, n, max(1, n // 15))
     for ax, r in zip(axes, rounds):
-        w = weight_matrix(result, r, n)[np.ix_(order, order)]
-        image = ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
-        ax.set_title(f"round {r}")
-        ax.set_xlabel("client j (by group)")
-        ax.set_ylabel("client i (by group)")
-        ticks = np.arange(n) if n <= 20 else np.arange(0, n, max(1, n // 10))
-        ax.set_xticks(ticks, [str(order[t]) for t in ticks], fontsize=6)
-        ax.set_yticks(ticks, [str(order[t]) for t in ticks], fontsize=6)
-    axes[-1].figure.colorbar(image, ax=list(axes), shrink=0.8, label="weight a_ij")
+        image = ax.imshow(matrices[r], vmin=0, vmax=top, cmap=cmap, interpolation="nearest")
+        for edge in edges:
+            ax.axhline(edge, color="white", lw=1.5)
+            ax.axvline(edge, color="white", lw=1.5)
+        ax.set_title(f"round {r}: weights a_ij")
+        ax.set_xlabel(f"client j (ordered by group; {groups} groups)")
+        ax.set_ylabel("client i (ordered by group)")
+        ax.set_xticks(ticks, [str(order[t]) for t in ticks], fontsize=8, rotation=90 if n > 12 else 0)
+        ax.set_yticks(ticks, [str(order[t]) for t in ticks], fontsize=8)
+    axes[-1].figure.colorbar(image, ax=list(axes), shrink=0.8, label="combination weight a_ij")
     if title:
         axes[0].figure.suptitle(title)
     return axes

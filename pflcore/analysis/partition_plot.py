@@ -14,6 +14,8 @@ import numpy as np
 
 from pflcore.data.partition import Partition, pool_labels
 
+from .palette import OURS_COLOUR
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
@@ -71,7 +73,7 @@ def plot_partition(
         width = min(max(4.0, 0.3 * partition.num_clients + 2.0), 24.0)
         height = min(max(3.0, 0.25 * num_classes + 1.5), 16.0)
         _, ax = plt.subplots(figsize=(width, height))
-    style = {"alpha": 0.7, "edgecolors": "none"}
+    style = {"alpha": 0.7, "edgecolors": "none", "color": OURS_COLOUR}
     style.update(scatter_kwargs)
     ax.scatter(clients, classes, s=area, **style)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

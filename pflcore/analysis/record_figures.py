@@ -13,11 +13,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..papers import display_name  # noqa: E402
-
-#: Okabe-Ito's colour-blind-safe palette, then Paul Tol's muted one: 16 distinct colours.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
-           "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255"]
-LINE_STYLES = ["-", "--", "-.", ":"]
+from .palette import LINE_STYLES, PALETTE  # noqa: E402,F401  (PALETTE: the shared one, kept importable here)
 
 
 def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -36,13 +32,16 @@ def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, 
 
 def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: str = "acc_mean",
                      title: str = "", ylabel: str = "accuracy (%)") -> Path:
-    """One line per method (display names, distinct colour and dash), saved to ``path``."""
+    """One line per method (display names, distinct colour and dash), saved to ``path``; a
+    method whose records share no round is still named in the legend, never dropped."""
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     for i, (method, recs) in enumerate(runs.items()):
         rounds, mean, low, high = seed_curve(recs, key)
-        if not len(rounds):
-            continue
         colour = PALETTE[i % len(PALETTE)]
+        if not len(rounds):
+            ax.plot([], [], color=colour, ls=LINE_STYLES[i % len(LINE_STYLES)],
+                    label=f"{display_name(method)} (n={len(recs)}, no round in common)")
+            continue
         ax.plot(rounds, mean, color=colour, ls=LINE_STYLES[i % len(LINE_STYLES)], lw=1.6,
                 label=f"{display_name(method)} (n={len(recs)})")
         if len(recs) > 1:
