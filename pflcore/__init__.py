@@ -10,5 +10,6 @@ __version__ = "0.1.0"
 
 from .config import ConfigError, ExperimentConfig
 from .engine import RunResult, run, sweep
+from . import analysis as _analysis  # noqa: F401,E402  (registers the analyses' run hooks: FedFA's feature probe)
 
 __all__ = ["ConfigError", "ExperimentConfig", "RunResult", "__version__", "run", "sweep"]

@@ -1,8 +1,6 @@
 """Federated-learning methods, one file each, all implementing :class:`Algorithm`."""
 from __future__ import annotations
 
-from typing import Any
-
 from .base import Algorithm, Client, FederationInfo, Param, ServerContext
 from .apfl import APFL
 from .ccvr import CCVR
@@ -34,22 +32,11 @@ from .pfedfda import PFedFDA
 from .pfedhn import PFedHN
 from .pfedme import PFedMe
 from .scaffold import SCAFFOLD
+from .registry import ALGORITHMS, make_algorithm, register
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC,
-                              Ditto, PFedMe, PFedHN, APFL, CCVR, FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD,
-                              KNNPer, HypCluster, FedEM, FedEMFT, FedProto,
-                              FedFA, SCAFFOLD, FedDyn, MOON, FedProc, PFedFDA)
-}
-
-
-def make_algorithm(name: str, **params: Any) -> Algorithm:
-    """Instantiate a registered method with its hyperparameters."""
-    if name not in ALGORITHMS:
-        from ..config import ConfigError
-
-        raise ConfigError(f"method {name!r} is unknown; choose one of {sorted(ALGORITHMS)}.")
-    return ALGORITHMS[name](**params)
+register(Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC, Ditto, PFedMe, PFedHN, APFL, CCVR,
+         FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD, KNNPer, HypCluster, FedEM, FedEMFT, FedProto, FedFA,
+         SCAFFOLD, FedDyn, MOON, FedProc, PFedFDA)
 
 
 __all__ = ["ALGORITHMS", "Algorithm", "Client", "FederationInfo", "Param", "ServerContext", "make_algorithm",

@@ -23,11 +23,10 @@ from ..errors import ConfigError
 from ..models import SplitModel
 from ..training import TrainSettings, sgd_train
 from .base import EVALUATE, TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
+from .registry import ALGORITHMS, make_algorithm
 
 
 def _global_methods() -> list[str]:
-    from . import ALGORITHMS
-
     return sorted(name for name, cls in ALGORITHMS.items() if cls.predicts_globally and cls is not CCVR)
 
 
@@ -91,8 +90,6 @@ class CCVR(Algorithm):
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
         super().check_params(params)
-        from . import ALGORITHMS
-
         base = ALGORITHMS[params.get("base", cls.defaults["base"])]
         try:
             base.check_params(params.get("base_params", {}))
@@ -102,8 +99,6 @@ class CCVR(Algorithm):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        from . import make_algorithm
-
         self.inner = make_algorithm(self.base, **self.base_params)
         self.failure_counters = self.inner.failure_counters
 

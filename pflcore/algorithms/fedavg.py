@@ -7,6 +7,7 @@ from typing import Mapping
 from torch import nn
 
 from ..models import SplitModel
+from ..training import cross_entropy
 from .base import (TRAIN, Algorithm, Client, FederationInfo, ServerContext,
                    load, sample_weights, snapshot, weighted_average)
 
@@ -29,8 +30,6 @@ class FedAvg(Algorithm):
 
     def loss_fn(self, payload: dict):
         """The local objective; FedProx adds its proximal term here."""
-        from ..training import cross_entropy
-
         return cross_entropy
 
     def aggregate(self, state: dict, updates: Mapping[int, dict], ctx: ServerContext) -> dict:

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError
 from ..models import SplitModel
 from ..training import INIT_KEY, Batch, derive_seed
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights,
@@ -237,8 +238,6 @@ class PFedFDA(Algorithm):
 
     @staticmethod
     def check_head(model: SplitModel) -> nn.Linear:
-        from ..config import ConfigError
-
         if not isinstance(model.head, nn.Linear):
             raise ConfigError("pfedfda builds a linear head from feature statistics: choose a model whose head "
                               "is one linear layer.")

@@ -24,7 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..training import INFERENCE_BATCH
+from ..algorithms.base import EVALUATE, TRAIN, snapshot
+from ..engine.hooks import RunHook, register_hook
+from ..training import EVAL_KEY, INFERENCE_BATCH, TRAIN_KEY
 
 #: Cosine similarity's guard against zero vectors (torch's ``cosine_similarity`` default):
 #: a zero vector (e.g. an all-zero post-ReLU feature, or a head row that did not move) has
@@ -126,9 +128,6 @@ def client_features(source, x: torch.Tensor, clients: Iterable[int] | None = Non
     if not (hasattr(source, "algorithm") and hasattr(source, "state")):
         raise TypeError(f"client_features takes a Simulation or a mapping client -> model, got "
                         f"{type(source).__name__}.")
-    from ..algorithms.base import EVALUATE
-    from ..training import EVAL_KEY
-
     sim = source
     ids = list(range(sim.data.num_clients)) if clients is None else [int(c) for c in clients]
     shared = sim.algorithm.shared_predictor(sim.state, sim.model)
@@ -149,9 +148,6 @@ def local_models(sim, round_index: int, clients: Iterable[int] | None = None) ->
     models"); nothing in ``sim`` changes. Each is a copy of the scratch model the method
     trained (``client.model``): for methods that train a second, personal model beside it
     (Ditto, pFedMe) that is the global-side one."""
-    from ..algorithms.base import TRAIN
-    from ..training import TRAIN_KEY
-
     ids = list(range(sim.data.num_clients)) if clients is None else [int(c) for c in clients]
     out = {}
     for k in ids:
@@ -393,6 +389,49 @@ def received_head(sim) -> dict[str, torch.Tensor] | None:
     return {k: v.detach().clone() for k, v in head.state_dict().items()}
 
 
-__all__ = ["COSINE_EPS", "FeatureEmbedding", "classifier_update_similarity", "client_features", "cosine_pairs",
+# ------------------------------------------------------------------ the per-round probe
+class FeatureProbe(RunHook):
+    """FedFA Figure 4 during a run (``config.feature_probe``: samples per class of the
+    verification set): after local training and before aggregation, every participant's
+    trained model gives its features of the verification inputs ``x`` and its classifier;
+    the round's record gets their ``feature_distance`` and, for a global method, the
+    ``classifier_update_similarity`` against the classifier the clients received."""
+
+    key = "_feature_probe"
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self.received: dict[str, torch.Tensor] | None = None
+
+    @classmethod
+    def for_run(cls, config, data) -> "FeatureProbe | None":
+        """The probe a config asks for (None when ``feature_probe`` is 0)."""
+        if not config.feature_probe:
+            return None
+        return cls(verification_set(data, per_class=config.feature_probe, seed=0)[0])
+
+    def __getstate__(self) -> dict:  # what a worker process needs: the inputs
+        return {"x": self.x, "received": None}
+
+    def measure(self, update: dict, client) -> dict:
+        return {"features": model_features(client.model, self.x), "head": snapshot(client.model.head)}
+
+    def round_start(self, sim, round_index: int) -> None:
+        self.received = received_head(sim)
+
+    def round_end(self, sim, round_index: int, record: dict, measured: dict) -> None:
+        if not measured:
+            return
+        ids = sorted(measured)
+        record["feature_distance"] = feature_distance([measured[c]["features"] for c in ids])
+        if self.received is not None:
+            record["classifier_update_similarity"] = classifier_update_similarity(
+                [measured[c]["head"] for c in ids], self.received)
+
+
+register_hook("feature_probe", FeatureProbe.for_run)
+
+
+__all__ = ["COSINE_EPS", "FeatureEmbedding", "FeatureProbe", "classifier_update_similarity", "client_features", "cosine_pairs",
            "feature_distance", "held_classes", "local_models", "minmax", "model_features", "plot_cosine_histograms",
            "plot_tsne", "received_head", "round_feature_statistics", "tsne_embedding", "verification_set"]

@@ -13,6 +13,7 @@ import torch
 
 from ..data.federated import FederatedData
 from ..training import predict_correct
+from .hooks import RunHook, register_hook
 
 
 def shared_correct(model: torch.nn.Module, data: FederatedData) -> np.ndarray:
@@ -37,3 +38,20 @@ def summarize(acc: np.ndarray, test_sizes: np.ndarray) -> dict[str, float]:
         "acc_std": float(100 * acc[ok].std()),
         "acc_weighted": float(100 * np.average(acc[ok], weights=test_sizes[ok])),
     }
+
+
+class NewClientScoring(RunHook):
+    """New-client generalisation (pFedFDA section 5, Table 4; ``config.new_clients``): after
+    the last round's evaluation every held-out client adapts as its method prescribes and
+    is scored (:meth:`~pflcore.engine.Simulation.evaluate_new_clients`); the record gets the
+    ``new_`` summary and the per-client accuracies."""
+
+    def evaluated(self, sim, round_index: int, record: dict) -> None:
+        if round_index != sim.config.rounds - 1 or not len(sim.new_clients):
+            return
+        new_acc = sim.evaluate_new_clients(round_index)
+        record.update({f"new_{k}": v for k, v in summarize(new_acc, sim.data.test_sizes).items()})
+        record["new_clients_acc"] = new_acc.tolist()
+
+
+register_hook("new_clients", lambda config, data: NewClientScoring() if config.new_clients else None)

@@ -86,7 +86,7 @@ class WorkerPool:
                 w = self.worker
                 self._setup = {"algorithm": (type(w.algorithm), w.algorithm.params), "settings": w.settings,
                                "seed": w.seed, "num_classes": w.num_classes, "train": _pack(w.train_data),
-                               "test": _pack(w.test_data), "model": pickle.dumps(w.model), "probe": w.probe}
+                               "test": _pack(w.test_data), "model": pickle.dumps(w.model), "hooks": w.hooks}
             procs.configure(self._setup)
             procs.owner = self
         return procs
@@ -350,7 +350,7 @@ def _worker_main(conn, parent_pid: int, death_signal: bool = False) -> None:
             cls, params = body["algorithm"]
             worker = ClientWorker(cls(**params), body["settings"], body["seed"], body["num_classes"],
                                   _unpack(body["train"]), _unpack(body["test"]), pickle.loads(body["model"]),
-                                  body["probe"])
+                                  body["hooks"])
             continue
         try:
             reply = ("ok", pickle.dumps([worker.run(job) for job in pickle.loads(body)],

@@ -24,8 +24,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from ..algorithms import make_algorithm
 from ..algorithms.base import ADAPT, COLLECT, EVALUATE, TRAIN, Algorithm, Client
 from ..training import ADAPT_KEY, COLLECT_KEY, EVAL_KEY, TRAIN_KEY, TrainSettings, generator_for, predict_correct
+from .hooks import RunHook, hooks_for, measure
+from .setup import initial_model, train_settings
 
 if TYPE_CHECKING:
     from ..config import ExperimentConfig
@@ -78,21 +81,9 @@ class JobKind:
     work: Callable[["ClientWorker", ClientJob, Client], Any]
 
 
-#: The key under which a train job's output carries what the feature probe measured (the
-#: engine takes it out before the method aggregates).
-PROBE_KEY = "_feature_probe"
-
-
 def _train(worker: "ClientWorker", job: ClientJob, client: Client) -> Any:
     update = worker.algorithm.local_update(job.payload, client)
-    if worker.probe is not None and isinstance(update, dict):
-        # FedFA Fig. 4: the trained model's features on the verification set and its classifier,
-        # after local training and before aggregation (the model the method trained in client.model)
-        from ..analysis.features import model_features
-        from ..algorithms.base import snapshot
-
-        update[PROBE_KEY] = {"features": model_features(client.model, worker.probe),
-                             "head": snapshot(client.model.head)}
+    measure(worker.hooks, update, client)  # the run hooks' client halves, on the model just trained
     return update
 
 
@@ -124,13 +115,15 @@ class ClientWorker:
 
     ``train`` / ``test`` are per-client ``(x, y)`` pairs; ``model`` is a scratch model of
     the run's architecture (its weights are overwritten by every method); the method's
-    extra scratch modules (:meth:`Algorithm.client_modules`) are built here, once.
+    extra scratch modules (:meth:`Algorithm.client_modules`) are built here, once;
+    ``hooks`` are the run's hooks (:mod:`pflcore.engine.hooks`), whose client halves run
+    after every train job.
     """
 
     def __init__(self, algorithm: Algorithm, settings: TrainSettings, seed: int, num_classes: int,
                  train: Sequence[tuple[torch.Tensor, torch.Tensor]],
                  test: Sequence[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module,
-                 probe: torch.Tensor | None = None):
+                 hooks: Sequence[RunHook] = ()):
         self.algorithm = algorithm
         self.settings = settings
         self.seed = seed
@@ -138,25 +131,18 @@ class ClientWorker:
         self.train_data = train
         self.test_data = test
         self.model = model
-        self.probe = probe  # the feature probe's verification inputs (``feature_probe``), or None
+        self.hooks = list(hooks)
         self.modules = algorithm.client_modules(model)
 
     @classmethod
     def for_run(cls, config: "ExperimentConfig", data: "FederatedData", algorithm: Algorithm | None = None,
                 model: torch.nn.Module | None = None) -> "ClientWorker":
-        """The worker of a run: its method, settings and scratch model as the engine builds
-        them (all a Flower node needs). ``model``: the run's initial model, if built."""
-        from ..algorithms import make_algorithm
-        from .simulation import initial_model, train_settings
-
-        probe = None
-        if config.feature_probe:
-            from ..analysis.features import verification_set
-
-            probe = verification_set(data, per_class=config.feature_probe, seed=0)[0]
+        """The worker of a run: its method, settings, scratch model and hooks as the engine
+        builds them (all a Flower node needs). ``model``: the run's initial model, if built."""
         return cls(algorithm or make_algorithm(config.method, **config.method_params), train_settings(config),
                    config.seed, data.num_classes, [(s.x, s.y) for s in data.train], [(s.x, s.y) for s in data.test],
-                   copy.deepcopy(model if model is not None else initial_model(config, data)), probe)
+                   copy.deepcopy(model if model is not None else initial_model(config, data)),
+                   hooks_for(config, data))
 
     def client(self, client_id: int, round_index: int, purpose: int, state: dict) -> Client:
         x, y = self.train_data[client_id]
@@ -177,5 +163,5 @@ class ClientWorker:
         return ClientResult(output, client.state if kind.keeps_state else job.state)
 
 
-__all__ = ["ClientJob", "ClientResult", "ClientWorker", "JOB_KINDS", "JobKind", "PROBE_KEY", "ADAPT", "COLLECT",
-           "EVALUATE", "TRAIN"]
+__all__ = ["ClientJob", "ClientResult", "ClientWorker", "JOB_KINDS", "JobKind", "ADAPT", "COLLECT", "EVALUATE",
+           "TRAIN"]
