@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .streams import ADAPT_KEY, COLLECT_KEY, EVAL_KEY, INIT_KEY, SERVER_KEY, TRAIN_KEY  # noqa: F401  (re-exported)
+
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -50,14 +52,9 @@ def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
     return F.cross_entropy(model(x), y)
 
 
-# The purposes that derive_seed's keys start with: one random stream per purpose (and
-# round and client), so no draw for one purpose can shift another's.
-TRAIN_KEY = 11  # a client's local training (its batch order), per round and client
-EVAL_KEY = 12   # building a client's predictor for evaluation, per round and client
-INIT_KEY = 13   # the initial model's weights (and a method's other initial server-side weights)
-COLLECT_KEY = 14  # a client's statistics for a collect phase, per round and client
-SERVER_KEY = 15   # the server's own draws (ServerContext.generator), per round
-ADAPT_KEY = 16    # a new client's adaptation before it is scored (held out of training)
+# The purposes that derive_seed's keys start with (one random stream per purpose, round and
+# client, so no draw for one purpose can shift another's) come from the one registry of
+# streams, pflcore.streams.
 
 
 def derive_seed(seed: int, *keys: int) -> int:

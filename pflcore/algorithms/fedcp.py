@@ -42,12 +42,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..streams import FEDCP_CPN_INIT_KEY, FEDCP_CPN_KEY as _CPN_KEY  # the initial conditional vectors v_i and random CPN inputs
 from ..training import INFERENCE_BATCH, INIT_KEY, Batch, derive_seed, generator_for
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 from .losses import rbf_mmd
 
-_CPN_KEY = 101  # the per-client initial conditional vectors v_i and random CPN inputs
 
 
 def logistic_noise(shape: tuple[int, ...] | torch.Size, generator: torch.Generator,
@@ -163,7 +163,7 @@ class FedCP(Algorithm):
     # -- server -----------------------------------------------------------------------
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         with torch.random.fork_rng(devices=[]):  # the same CPN on every client, from the run's seed
-            torch.manual_seed(derive_seed(info.seed, INIT_KEY, _CPN_KEY))
+            torch.manual_seed(derive_seed(info.seed, INIT_KEY, FEDCP_CPN_INIT_KEY))
             cpn = self._cpn(model.feature_dim)
         # v_i starts uniform in [0, 1) (the random CPN inputs of w.o. cs&ss likewise), one row per client
         contexts = torch.rand(info.num_clients, 1, model.feature_dim, generator=generator_for(info.seed, _CPN_KEY))

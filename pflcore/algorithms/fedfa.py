@@ -68,12 +68,12 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models import SplitModel
+from ..streams import FEDFA_ANCHOR_KEY as _ANCHOR_KEY
 from ..training import INIT_KEY, Batch, SGDStep, TrainSettings, generator_for
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
 #: The key (after INIT_KEY) of the stream that draws the anchors: not the model's.
-_ANCHOR_KEY = 1
 
 
 def initial_anchors(num_classes: int, dim: int, kind: str, generator: torch.Generator) -> torch.Tensor:

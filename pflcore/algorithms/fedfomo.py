@@ -34,11 +34,10 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
+from ..streams import FEDFOMO_PICK_KEY as _PICK_KEY, FEDFOMO_SPLIT_KEY as _SPLIT_KEY
 from ..training import derive_seed, mean_loss, sgd_train
 from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
 
-_SPLIT_KEY = 41  # derive_seed key of a client's fixed validation split
-_PICK_KEY = 42   # derive_seed key of a round's candidate draws for one client
 
 
 def validation_split(num_samples: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,11 +53,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..streams import FEDPROC_PROTOTYPE_KEY as _PROTOTYPE_KEY
 from ..training import INIT_KEY, Batch, generator_for
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
-_PROTOTYPE_KEY = 42  # the stream (after INIT_KEY) of the initial prototypes
 
 
 def initial_prototypes(num_classes: int, dim: int, generator: torch.Generator) -> torch.Tensor:

@@ -32,12 +32,12 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
+from ..streams import HYPCLUSTER_COPIES_KEY as _COPIES_KEY
 from ..training import INIT_KEY, derive_seed, mean_loss
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, Tensors, load, snapshot,
                    weighted_average)
 
 #: The key (after INIT_KEY) of the streams that draw the extra models' initial weights.
-_COPIES_KEY = 31
 
 
 def _reset(module: nn.Module) -> None:

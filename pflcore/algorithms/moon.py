@@ -43,11 +43,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..streams import MOON_PROJECTION_KEY as _PROJECTION_KEY
 from ..training import INIT_KEY, Batch, derive_seed
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
-_PROJECTION_KEY = 41  # the stream (after INIT_KEY) of the projection head's initial weights
 
 
 def projection_head(feature_dim: int, out_dim: int) -> nn.Sequential:

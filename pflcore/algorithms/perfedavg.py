@@ -36,11 +36,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
+from ..streams import PERFEDAVG_AUX_KEY as _AUX_KEY  # the second shuffle that D and D'' are drawn from
 from ..training import Batch, derive_seed, shuffled_batches
 from .base import Client, Param, load, snapshot
 from .fedavg import FedAvg
 
-_AUX_KEY = 102  # the second shuffle that D and D'' are drawn from
 
 
 class PerFedAvg(FedAvg):

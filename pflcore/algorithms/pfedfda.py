@@ -45,6 +45,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models import SplitModel
+from ..streams import PFEDFDA_MEANS_KEY as _MEANS_KEY
 from ..training import INIT_KEY, Batch, derive_seed
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights,
                    snapshot, weighted_average)
@@ -54,7 +55,6 @@ SHRINK_EPS = 1e-4      # the head's shrinkage of the covariance towards tr(S)/d 
 MIN_CLASS_COUNT = 3    # a class's local mean needs more than 2 samples
 CV_FOLDS = 2
 CV_SEED = 0            # the folds' fixed shuffle (upstream: StratifiedKFold(random_state=0))
-_MEANS_KEY = 41        # the stream (after INIT_KEY) of the initial global means
 
 # beta statuses a client reports
 SOLVED, UNSPLITTABLE, FAILED, LOCAL_ONLY = 0, 1, 2, 3

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
+from ..streams import PFEDHN_INIT_KEY
 from ..training import INIT_KEY, Batch, SGDStep, TrainSettings, derive_seed
 from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
 
@@ -83,7 +84,7 @@ class PFedHN(Algorithm):
     def init(self, model: SplitModel, info: FederationInfo) -> dict:
         shapes = {name: list(p.shape) for name, p in model.named_parameters()}
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(info.seed, INIT_KEY, 1))  # its own stream, not the model's
+            torch.manual_seed(derive_seed(info.seed, INIT_KEY, PFEDHN_INIT_KEY))  # its own stream, not the model's
             hn = self._hypernetwork(info.num_clients, shapes)
         hn.to(next(model.parameters()).device)
         return {"hypernetwork": snapshot(hn), "momentum": {}, "shapes": shapes,

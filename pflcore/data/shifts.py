@@ -24,13 +24,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..streams import CORRUPTION_KEY, SHIFT_KEY
 from ..training import derive_seed
 from .corruptions import CORRUPTIONS, SEVERITIES, cached_corrupt, data_digest
 from ..errors import shorten
 
 ClientTransform = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-SHIFT_KEY = 103
-CORRUPTION_KEY = 104
 
 
 class ShiftError(ValueError):

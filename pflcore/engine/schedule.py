@@ -12,10 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ..streams import NEW_CLIENTS_KEY, SCHEDULE_KEY
 from ..training import derive_seed
 
-SCHEDULE_KEY = 101
-NEW_CLIENTS_KEY = 104
 
 
 def participants(round_index: int, *, num_clients: int, rounds: int, participation: float = 1.0,
