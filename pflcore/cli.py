@@ -1,5 +1,5 @@
-"""The ``pflcore`` command: ``pflcore run`` (one experiment) and ``pflcore notebooks``
-(the notebook collection under papermill).
+"""The ``pflcore`` command: ``pflcore run`` (one experiment), ``pflcore notebooks``
+(the notebook collection under papermill) and ``pflcore lab`` (JupyterLab in the project).
 
 A user's mistake or a known condition (a bad config, a missing file, a damaged result
 file, a diverging run, Ctrl-C) is reported in one line and a non-zero exit code, never a
@@ -33,24 +33,44 @@ def build_parser() -> argparse.ArgumentParser:
                        ("seed", int), ("output-dir", str), ("name", str), ("workers", _workers)):
         run.add_argument(f"--{flag}", type=kind)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--json", action="store_true",
+                     help="end with the run's summary as JSON (for programs) instead of the lines for a person")
     run.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
     run.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
 
     nbs = sub.add_parser("notebooks", help="execute the notebooks with papermill for a preset")
     nbs.add_argument("--preset", default="smoke", help="parameter preset: smoke (CI-sized) or paper")
     nbs.add_argument("--out", default="outputs", help="folder for executed notebooks (default: outputs)")
-    nbs.add_argument("--only", action="append", help="run only notebooks whose path contains this; repeatable")
+    nbs.add_argument("--only", nargs="+", action="extend", metavar="NAME",
+                     help="run only notebooks whose path contains one of these names (--only t1_main t2_ablation; "
+                          "repeatable)")
+    nbs.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                     help="set a notebook parameter over the preset's value (VALUE is read as YAML: 5, 0.1, "
+                          "[0, 1], true); repeatable")
+    nbs.add_argument("--train", action="store_true",
+                     help="train every run again even where shipped run records exist (sets PFLCORE_TRAIN=1 "
+                          "for the notebooks)")
     nbs.add_argument("--tidy", action="store_true",
                      help="run nothing: rewrite the notebooks in the form JupyterLab saves, without outputs "
                           "(do this before committing a notebook)")
     nbs.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
+
+    lab = sub.add_parser("lab", allow_abbrev=False, help="start JupyterLab in the project (other options go to "
+                         "`jupyter lab`, e.g. --no-browser --port 8889)")
+    lab.add_argument("--setup", action="store_true",
+                     help="start nothing: write the no-news default into this environment and install the "
+                          "nbstripout git filter (what .ci/setup does)")
+    lab.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, args.lab_options = parser.parse_known_args(argv)  # only `pflcore lab` passes options on (to Lab)
+    if args.lab_options and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(args.lab_options)}")
     debug = args.debug or args.debug_here or os.environ.get("PFLCORE_DEBUG", "") not in ("", "0")
-    command: Callable[[argparse.Namespace], int] = _run if args.command == "run" else _notebooks
+    command: Callable[[argparse.Namespace], int] = {"run": _run, "notebooks": _notebooks, "lab": _lab}[args.command]
     try:
         return command(args)
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -176,9 +196,23 @@ def _run(args: argparse.Namespace) -> int:
         # the system refused a read or write (disk full, permissions): say where, and what happens next
         raise RunStopped(f"{os_problem(exc).rstrip('.')} (while running into {target}); once that is fixed, "
                          f"{_resume_hint(target)}") from exc
-    print(json.dumps(result.summary, indent=1))
-    print(f"results: {result.path}")
+    print(json.dumps(result.summary, indent=1) if args.json else run_report(result.summary, result.path))
     return 0
+
+
+def run_report(summary: dict, path: str | Path) -> str:
+    """The lines ``pflcore run`` ends with, for a person: method and dataset, final and best
+    accuracy (mean over clients, in percent), the time and where the run is (``--json``: the summary as JSON)."""
+    def minutes(seconds: float) -> str:
+        return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+    status = summary.get("status", "finished")
+    lines = [f"{summary['method']} on {summary['dataset']}, {summary.get('num_clients', '?')} clients: "
+             f"{summary['rounds']} rounds in {minutes(float(summary.get('seconds', 0.0)))} ({status})",
+             f"accuracy, mean over clients: final {summary['acc_mean']:.2f}% (std {summary['acc_std']:.2f}), "
+             f"best {summary['best_acc_mean']:.2f}% at round {summary['best_round']}",
+             f"results in {path} (summary.json, metrics.json, clients.npz)"]
+    return "\n".join(lines)
 
 
 def _resume_hint(run_dir: Path) -> str:
@@ -201,12 +235,43 @@ def _resume_hint(run_dir: Path) -> str:
 # ---------------------------------------------------------------------- pflcore notebooks
 def _notebooks(args: argparse.Namespace) -> int:
     from .notebooks import run_notebooks, tidy_notebooks
+    from .yaml_io import load_yaml
 
     if args.tidy:
         tidy_notebooks(only=args.only)
         return 0
-    runs = run_notebooks(args.preset, args.out, args.only)
+    parameters = {name: load_yaml(value, f"the value of -p {name}") for name, value in args.parameter}
+    # each notebook's line reaches a log file or a pipe when the notebook ends
+    getattr(sys.stdout, "reconfigure", lambda **_: None)(line_buffering=True)
+    live = sys.stdout.isatty()  # in a terminal, a line saying which notebook runs now, replaced when it ends
+
+    def log(line: str) -> None:
+        print(("\r\033[K" if live else "") + line, flush=True)
+
+    def running(line: str) -> None:
+        sys.stdout.write("\r\033[K" + line)
+        sys.stdout.flush()
+
+    runs = run_notebooks(args.preset, args.out, args.only, parameters=parameters, train=args.train,
+                         record=not (args.only or parameters or args.train),  # durations of full runs only
+                         log=log, running=running if live else None)
     return 1 if any(r.status == "failed" for r in runs) else 0
+
+
+# ---------------------------------------------------------------------- pflcore lab
+def _lab(args: argparse.Namespace) -> int:
+    from .lab import configure, start_lab
+    from .notebooks import project_root
+
+    root = project_root()
+    if args.setup:
+        if args.lab_options:
+            raise ValueError(f"pflcore lab --setup starts nothing, so it takes no Lab options "
+                             f"({' '.join(args.lab_options)}).")
+        configure(root)
+        return 0
+    start_lab(root, args.lab_options)  # replaces this process by JupyterLab
+    return 0
 
 
 if __name__ == "__main__":

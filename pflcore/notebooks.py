@@ -9,10 +9,15 @@ name (letters, digits, ``-``, ``_``) that some notebook has a file for.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import platform
 import re
+import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import records
@@ -35,6 +40,7 @@ class NotebookRun:
     seconds: float
     output: str | None = None
     error: str | None = None
+    finished: str | None = None  # when it ended (UTC, ISO 8601): summary.json keeps each notebook's last run
 
 
 def params_path(notebook: Path, root: Path, preset: str) -> Path:
@@ -131,11 +137,19 @@ def check_preset(preset: str, root: Path) -> None:
 
 
 def discover(root: Path, only: list[str] | None = None) -> list[Path]:
-    """All notebooks of the collection in order, optionally those whose path contains a pattern."""
+    """All notebooks of the collection in order, or (``only``) those whose path contains one of
+    the names; an empty name, or one that matches no notebook, is refused in one sentence."""
     found = sorted(p for p in (root / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-    if only:
-        found = [p for p in found if any(pattern in str(p.relative_to(root)) for pattern in only)]
-    return found
+    if only is None:
+        return found
+    if not only or any(not pattern.strip() for pattern in only):
+        raise ValueError("--only needs part of a notebook's path (e.g. --only t1_main), and an empty name "
+                         "would select every notebook.")
+    unmatched = [p for p in only if not any(p in str(nb.relative_to(root)) for nb in found)]
+    if unmatched:
+        raise FileNotFoundError(f"no notebook under {root / 'notebooks'} has {', '.join(map(repr, unmatched))} "
+                                f"in its path.")
+    return [p for p in found if any(pattern in str(p.relative_to(root)) for pattern in only)]
 
 
 def takes_preset(notebook: Path) -> bool:
@@ -192,12 +206,144 @@ def tidy_notebooks(root: str | Path | None = None, only: list[str] | None = None
     return changed
 
 
+#: Each notebook's seconds in the last full run of each preset (``{preset: {notebook: seconds}}``),
+#: committed: ``pflcore notebooks`` estimates the time left from it and a full run updates it.
+DURATIONS = Path("params") / "durations.json"
+
+#: Messages of papermill and the kernel that say nothing a user can act on: papermill cannot
+#: infer a parameter's type from a line like ``x = f(a=1)`` (the value is still set), and the
+#: kernel listens on 127.0.0.1 over TCP, as every Jupyter kernel does.
+QUIET_MESSAGES = ("Unable to parse line", "Passed unknown parameter")
+
+
+class _DropMessages(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(QUIET_MESSAGES)
+
+
+@contextmanager
+def _quiet_papermill():
+    """Papermill's harmless warnings (:data:`QUIET_MESSAGES`) filtered out while notebooks run;
+    every other warning still reaches the user."""
+    loggers = [logging.getLogger(name) for name in ("papermill", "papermill.translators", "papermill.execute")]
+    quiet = _DropMessages()
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
+
+
+@contextmanager
+def _environment(**values: str):
+    """Environment variables set for the kernels started inside the block, restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def read_durations(root: Path) -> dict[str, dict[str, float]]:
+    """The recorded seconds per preset and notebook (:data:`DURATIONS`); empty when there is none."""
+    try:
+        data = json.loads((root / DURATIONS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {preset: {nb: float(s) for nb, s in per.items()} for preset, per in data.items() if isinstance(per, dict)} \
+        if isinstance(data, dict) else {}
+
+
+def record_durations(root: Path, runs: list[NotebookRun]) -> Path:
+    """Merge the seconds of the notebooks that ran without error into :data:`DURATIONS`."""
+    durations = read_durations(root)
+    for run in runs:
+        if run.status == "ok":
+            durations.setdefault(run.preset, {})[run.notebook] = round(run.seconds, 1)
+    path = root / DURATIONS
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({p: dict(sorted(d.items())) for p, d in sorted(durations.items())}, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def time_left(remaining: list[str], finished: list[NotebookRun], recorded: dict[str, float]) -> float | None:
+    """Seconds the ``remaining`` notebooks should take: their recorded seconds, scaled by how
+    this run's finished notebooks compare with theirs (a busy or a faster machine); a notebook
+    without a record counts as the median record, or as this run's mean without any record.
+    None before anything can be said."""
+    if not remaining:
+        return 0.0
+    done = [r for r in finished if r.status != "no preset"]
+    paired = [(r.seconds, recorded[r.notebook]) for r in done if recorded.get(r.notebook)]
+    pace = sum(s for s, _ in paired) / sum(rec for _, rec in paired) if paired else 1.0
+    if recorded:
+        typical = statistics.median(recorded.values())
+        return pace * sum(recorded.get(nb, typical) for nb in remaining)
+    if done:
+        return len(remaining) * sum(r.seconds for r in done) / len(done)
+    return None
+
+
+def clock(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``1 h 02 min``: a duration for a person."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def merge_summary(path: Path, runs: list[NotebookRun]) -> list[dict]:
+    """``summary.json`` with this run's notebooks replaced and every other notebook's last
+    entry kept (a partial run never loses an earlier run's record); returns what was written."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        earlier = [e for e in earlier if isinstance(e, dict) and "notebook" in e] if isinstance(earlier, list) else []
+    except (OSError, ValueError):
+        earlier = []
+    ran = {r.notebook for r in runs}
+    merged = sorted([e for e in earlier if e["notebook"] not in ran] + [asdict(r) for r in runs],
+                    key=lambda e: e["notebook"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=1) + "\n")
+    tmp.replace(path)
+    return merged
+
+
+def notebook_parameters(notebook: Path) -> set[str]:
+    """The names a notebook's ``parameters`` cell defines (papermill's own reading)."""
+    import papermill
+
+    with _quiet_papermill():
+        return set(papermill.inspect_notebook(str(notebook)))
+
+
 def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list[str] | None = None,
                   root: str | Path | None = None, kernel: str = "python3",
-                  overrides: dict | None = None, log=print) -> list[NotebookRun]:
-    """Execute every notebook that has ``preset``; returns one :class:`NotebookRun` each and
-    writes ``<out>/<preset>/summary.json``. ``overrides`` replace preset values for every
-    notebook (e.g. ``output_dir``)."""
+                  overrides: dict | None = None, parameters: dict | None = None, train: bool = False,
+                  record: bool = False, log=print, running=None) -> list[NotebookRun]:
+    """Execute every notebook that has ``preset``; returns one :class:`NotebookRun` each.
+
+    ``parameters`` (``pflcore notebooks -p NAME VALUE``) replace preset values in the notebooks
+    whose parameters cell defines them (a name no selected notebook defines is refused before
+    anything runs); ``overrides`` replace preset values in every notebook (tests: ``output_dir``).
+    ``train`` sets ``PFLCORE_TRAIN=1`` for the kernels (train even where run records exist).
+
+    ``log`` gets one line per notebook as it ends, ``[k/N] status notebook seconds``, with the
+    time left estimated from :data:`DURATIONS` (:func:`time_left`), then a closing line;
+    ``running`` (if given) a line as each notebook starts. The run's entries are merged into
+    ``<out>/<preset>/summary.json`` (:func:`merge_summary`); ``record`` also merges the
+    seconds into :data:`DURATIONS` (``pflcore notebooks`` does on a full run)."""
     import papermill
 
     root = project_root(root)
@@ -206,38 +352,68 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
     notebooks = discover(root, only)
     if not notebooks:
         raise FileNotFoundError(f"no notebook under {root / 'notebooks'} matches {only}.")
-    if not any(params_path(nb, root, preset).exists() for nb in notebooks):
+    selected = [nb for nb in notebooks if params_path(nb, root, preset).exists()]
+    if not selected:
         raise PresetError(f"none of the {len(notebooks)} selected notebook(s) has a {preset!r} preset; "
                           f"the presets are: {', '.join(available_presets(root))}.")
+    defined = {nb: notebook_parameters(nb) for nb in selected} if parameters else {}
+    unknown = sorted(set(parameters or {}) - set().union(*defined.values())) if parameters else []
+    if unknown:
+        raise ValueError(f"no selected notebook has a parameter {', '.join(map(repr, unknown))} in its "
+                         f"parameters cell, so -p {unknown[0]} would change nothing.")
+    recorded = read_durations(root).get(preset, {})
+    todo = [str(nb.relative_to(root)) for nb in selected]
+    total = len(selected)
+    estimate = time_left(todo, [], recorded)
+    log(f"running {total} notebook(s) at preset {preset!r}" + (f", about {clock(estimate)} going by the seconds "
+        f"recorded in {DURATIONS}" if estimate and recorded else "") + f"; executed copies go to {out_dir}")
     runs: list[NotebookRun] = []
-    for nb in notebooks:
-        rel = nb.relative_to(root)
-        preset_file = params_path(nb, root, preset)
-        if not preset_file.exists():
-            runs.append(NotebookRun(str(rel), preset, "no preset", 0.0))
-            log(f"skip   {rel}: no {preset_file.relative_to(root)}")
-            continue
-        named = {"preset": preset} if takes_preset(nb) else {}  # walkthroughs have no preset parameter
-        parameters = {**named, **(read_yaml_file(preset_file, 'preset') or {}), **(overrides or {})}
-        target = out_dir / rel.relative_to("notebooks")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        try:
-            papermill.execute_notebook(str(nb), str(target), parameters=parameters, cwd=str(root),
-                                       kernel_name=kernel, progress_bar=False)
-            run = NotebookRun(str(rel), preset, "ok", time.perf_counter() - t0, str(target))
-        except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
-            message = str(exc).strip().splitlines()
-            run = NotebookRun(str(rel), preset, "failed", time.perf_counter() - t0, str(target),
-                              message[-1] if message else repr(exc))
-        runs.append(run)
-        log(f"{run.status:6s} {rel}  {run.seconds:7.1f} s" + (f"  ({run.error})" if run.error else ""))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=1) + "\n")
-    total = sum(r.seconds for r in runs)
+    env = {"PFLCORE_TRAIN": "1"} if train else {}
+    with _quiet_papermill(), _environment(**env):
+        for nb in notebooks:
+            rel = nb.relative_to(root)
+            preset_file = params_path(nb, root, preset)
+            if not preset_file.exists():
+                runs.append(NotebookRun(str(rel), preset, "no preset", 0.0))
+                log(f"skip   {rel}: no {preset_file.relative_to(root)}")
+                continue
+            k = total - len(todo) + 1  # this notebook's place among those that run
+            todo.remove(str(rel))
+            if running is not None:
+                expected = recorded.get(str(rel))
+                running(f"[{k}/{total}] running {rel}" + (f" (about {clock(expected)} last time)" if expected else "")
+                        + " ...")
+            named = {"preset": preset} if takes_preset(nb) else {}  # walkthroughs have no preset parameter
+            chosen = {n: v for n, v in (parameters or {}).items() if n in defined.get(nb, ())}
+            values = {**named, **(read_yaml_file(preset_file, 'preset') or {}), **chosen, **(overrides or {})}
+            target = out_dir / rel.relative_to("notebooks")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            t0 = time.perf_counter()
+            try:
+                papermill.execute_notebook(str(nb), str(target), parameters=values, cwd=str(root),
+                                           kernel_name=kernel, progress_bar=False,
+                                           # the kernel's own warnings (TCP on 127.0.0.1 without encryption)
+                                           # say nothing a user can act on; its errors still show
+                                           extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                run = NotebookRun(str(rel), preset, "ok", time.perf_counter() - t0, str(target))
+            except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
+                message = str(exc).strip().splitlines()
+                run = NotebookRun(str(rel), preset, "failed", time.perf_counter() - t0, str(target),
+                                  message[-1] if message else repr(exc))
+            run.finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            runs.append(run)
+            left = time_left(todo, runs, recorded)
+            log(f"[{k}/{total}] {run.status:6s} {rel}  {run.seconds:6.1f} s"
+                + (f"  ({run.error})" if run.error else "")
+                + (f"  about {clock(left)} left" if todo and left is not None else ""))
+    merge_summary(out_dir / "summary.json", runs)
+    if record:
+        record_durations(root, runs)
+    seconds = sum(r.seconds for r in runs)
     ran = [r for r in runs if r.status != "no preset"]
     failed = sum(r.status == "failed" for r in ran)
     skipped = len(runs) - len(ran)
-    log(f"{len(ran) - failed} of {len(ran)} notebooks ran without error in {total:.1f} s (preset {preset!r}"
-        + (f"; {skipped} skipped, without this preset" if skipped else "") + f"); executed copies in {out_dir}")
+    log(f"{len(ran) - failed} of {len(ran)} notebooks ran without error in {clock(seconds)} (preset {preset!r}"
+        + (f"; {skipped} skipped, without this preset" if skipped else "") + f"); executed copies in {out_dir}, "
+        f"each notebook's last run in {out_dir / 'summary.json'}")
     return runs

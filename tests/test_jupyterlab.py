@@ -1,12 +1,16 @@
 """JupyterLab as a new user meets it, in a real headless Chromium driven by Selenium.
 
-JupyterLab runs from the project's environment on 127.0.0.1 with a token, over a copy of
-the notebooks and presets. The test opens the quickstart, saves it unedited (the file must
-not change: notebooks are committed in the form Lab writes), runs all cells at the scale
-an unedited notebook has (the smoke preset), and checks: the kernel is this environment's
-Python, no cell failed, the results table and every figure rendered. Screenshots go to
-``outputs/jupyterlab/`` for a failing run to be inspected. Every process it started (Lab,
-its kernel, chromedriver, Chromium) is stopped by PID.
+JupyterLab is started as users start it, ``pflcore lab`` (``--allow-root`` as root, the
+no-news default and the git filter of ``pflcore.lab``), on 127.0.0.1 with a token, over a git
+clone of the notebooks and presets (a copy committed with the project's ``.gitattributes`` and
+``.gitignore``). The test opens the quickstart, checks that no news pop-up asks anything, saves
+it unedited (the file must not change: notebooks are committed in the form Lab writes), runs
+all cells at the scale an unedited notebook has (the smoke preset), waits for Lab's autosave
+to write the outputs and checks that ``git status --porcelain`` is empty (running a notebook
+never dirties the clone), then adds a cell and checks: git sees that edit, the kernel is this
+environment's Python, no cell failed, the results table and every figure rendered.
+Screenshots go to ``outputs/jupyterlab/`` for a failing run to be inspected. Every process
+it started (Lab, its kernel, chromedriver, Chromium) is stopped by PID.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` and pip's ``selenium`` (``.ci/setup``
 installs them); without them it is skipped, except under CI, where it fails.
@@ -25,6 +29,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from pflcore.notebooks import canonical_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "outputs" / "jupyterlab"
@@ -97,17 +103,36 @@ def _state(pid: int) -> str:
         return "Z"
 
 
+#: Lab's autosave interval in the test (its default is 120 s; the mechanism is the same).
+AUTOSAVE_SECONDS = 10
+
+
+def _git(copy: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(copy), "-c", "user.name=test", "-c", "user.email=test@example.invalid",
+                           *args], capture_output=True, text=True, check=True).stdout
+
+
 @pytest.fixture
 def lab(tmp_path):
-    """JupyterLab from this environment over a copy of notebooks/ and params/; yields
-    (base url, token, copy); stops Lab, its kernels and everything they started."""
+    """``pflcore lab`` over a git clone of notebooks/ and params/; yields (base url, token,
+    copy); stops Lab, its kernels and everything they started."""
     _require_browser()
     copy = tmp_path / "project"
     for folder in ("notebooks", "params"):
         shutil.copytree(ROOT / folder, copy / folder)
-    settings = tmp_path / "settings"  # no news toast; every cell in the page, so every output can be checked
-    for name, values in (("apputils-extension/notification", {"fetchNews": "false"}),
-                         ("notebook-extension/tracker", {"windowingMode": "none"})):
+    for name in (".gitignore", ".gitattributes"):
+        shutil.copy(ROOT / name, copy / name)
+    # the committed form for this kernel: language_info carries the kernel's Python version
+    # (test_notebooks.py checks the committed files against the form Lab writes)
+    (copy / NOTEBOOK).write_text(canonical_notebook((ROOT / NOTEBOOK).read_text(encoding="utf-8")), encoding="utf-8")
+    _git(copy, "init", "-q")
+    _git(copy, "add", "-A")
+    _git(copy, "commit", "-qm", "the project's notebooks")
+    # every cell in the page, so every output can be checked; autosave sooner than Lab's 120 s.
+    # The news setting is left alone: `pflcore lab` writes its default into the environment.
+    settings = tmp_path / "settings"
+    for name, values in (("notebook-extension/tracker", {"windowingMode": "none"}),
+                         ("docmanager-extension/plugin", {"autosaveInterval": AUTOSAVE_SECONDS})):
         path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
@@ -115,11 +140,8 @@ def lab(tmp_path):
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
            "JUPYTERLAB_SETTINGS_DIR": str(settings),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
-    command = [str(Path(sys.executable).with_name("jupyter")), "lab", "--no-browser", "--ip=127.0.0.1",
-               f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={copy}",
-               "--LabApp.news_url="]
-    if os.geteuid() == 0:
-        command.append("--allow-root")
+    command = [str(Path(sys.executable).with_name("pflcore")), "lab", "--no-browser", "--ip=127.0.0.1",
+               f"--port={port}", f"--IdentityProvider.token={token}"]  # as root, pflcore lab adds --allow-root
     log = open(tmp_path / "lab.log", "w")
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=copy)
     base = f"http://127.0.0.1:{port}"
@@ -190,13 +212,21 @@ def _save(driver) -> None:
     time.sleep(3)
 
 
+def _has_outputs(path: Path) -> bool:
+    try:
+        cells = json.loads(path.read_text())["cells"]
+    except (OSError, ValueError):  # mid-write
+        return False
+    return any(c.get("outputs") for c in cells if c["cell_type"] == "code")
+
+
 def test_quickstart_in_jupyterlab_runs_all_at_smoke_scale_and_leaves_the_file_unchanged(lab):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     base, token, copy = lab
     SHOTS.mkdir(parents=True, exist_ok=True)
-    committed = (ROOT / NOTEBOOK).read_bytes()
+    committed = (copy / NOTEBOOK).read_bytes()
     driver, service = _driver()
     browser_pids = [service.process.pid, *_children(service.process.pid)]
     try:
@@ -204,6 +234,9 @@ def test_quickstart_in_jupyterlab_runs_all_at_smoke_scale_and_leaves_the_file_un
         _wait(lambda: _kernel_idle(driver), 120, "the kernel to start", driver, "open")
         time.sleep(3)
         driver.save_screenshot(str(SHOTS / "1-opened.png"))
+        page = driver.execute_script("return document.body.innerText")
+        assert "Jupyter news" not in page, "JupyterLab asks about its news feed (pflcore lab's default was not read)"
+        assert _git(copy, "config", "--get", "filter.nbstripout.clean").strip(), "pflcore lab installed no git filter"
 
         _save(driver)  # opening and saving an unedited notebook must change nothing
         assert (copy / NOTEBOOK).read_bytes() == committed, \
@@ -217,6 +250,15 @@ def test_quickstart_in_jupyterlab_runs_all_at_smoke_scale_and_leaves_the_file_un
               and _kernel_idle(driver), 900, "Run All to finish", driver, "run-all")
         seconds = time.time() - started
         driver.save_screenshot(str(SHOTS / "2-ran.png"))
+
+        # Lab's autosave writes the outputs; git must see nothing (nbstripout filter + post-save hook)
+        _wait(lambda: _has_outputs(copy / NOTEBOOK) and not driver.find_elements(By.CSS_SELECTOR, ".jp-mod-dirty"),
+              3 * AUTOSAVE_SECONDS + 60, "Lab's autosave of every output", driver, "autosave")
+        assert (copy / NOTEBOOK).read_bytes() != committed
+        deadline = time.time() + 30  # the post-save hook refreshes git's index in a thread
+        while (status := _git(copy, "status", "--porcelain")) and time.time() < deadline:
+            time.sleep(1)
+        assert status == "", f"running the notebook dirtied the clone:\n{status}{_git(copy, 'diff', '--stat')}"
 
         # one more cell, in the copy: which Python runs the kernel
         footer = driver.find_element(By.CSS_SELECTOR, ".jp-Notebook-footer")  # "Click to add a cell."
@@ -237,6 +279,7 @@ def test_quickstart_in_jupyterlab_runs_all_at_smoke_scale_and_leaves_the_file_un
         tables = len(driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output table"))
         driver.save_screenshot(str(SHOTS / "3-end.png"))
         _save(driver)
+        assert _git(copy, "status", "--porcelain").strip() == f"M {NOTEBOOK}", "git did not see the added cell"
     finally:
         driver.quit()
         browser_pids += [p for p in _children(service.process.pid) if p not in browser_pids]

@@ -84,21 +84,24 @@ def test_canonical_form_drops_outputs_and_execution_metadata():
 
 
 @pytest.mark.slow
-def test_smoke_preset_executes_every_notebook(tmp_path):
-    runs = run_notebooks("smoke", out=tmp_path / "out", root=ROOT,
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
+def test_smoke_preset_executes_the_notebook(nb, tmp_path):
+    # one test per notebook: a failure names it, and `pytest --durations=10` shows the slow ones
+    rel = str(nb.relative_to(ROOT))
+    runs = run_notebooks("smoke", out=tmp_path / "out", root=ROOT, only=[rel],
                          overrides={"output_dir": str(tmp_path / "results"), "figures_dir": str(tmp_path / "figures")},
                          log=lambda *_: None)
-    failed = [(r.notebook, r.error) for r in runs if r.status != "ok"]
-    assert not failed, failed
-    assert len(runs) == len(NOTEBOOKS)
-    assert list((tmp_path / "figures").rglob("*.png")), "the notebooks wrote no figure"
+    assert [r.notebook for r in runs] == [rel]
+    assert runs[0].status == "ok", f"{rel}: {runs[0].error}"
+    if "savefig" in nb.read_text(encoding="utf-8"):
+        assert list((tmp_path / "figures").rglob("*.png")), f"{rel} saves figures but wrote none"
     summary = json.loads((tmp_path / "out" / "smoke" / "summary.json").read_text())
-    assert {s["notebook"] for s in summary} == {str(p.relative_to(ROOT)) for p in NOTEBOOKS}
-    for executed in (tmp_path / "out" / "smoke").rglob("*.ipynb"):
-        for line in progress_fallbacks(executed):  # what Lab shows for a widget without saved state
-            count = re.search(r"(\d+)/(\d+) rounds", line)
-            assert count, f"{executed.name} has a widget output without a progress line: {line!r}"
-            assert count[1] == count[2] and "interrupted" not in line, f"{executed.name} shows unfinished progress: {line}"
+    assert [s["notebook"] for s in summary] == [rel]
+    executed = tmp_path / "out" / "smoke" / nb.relative_to(ROOT / "notebooks")
+    for line in progress_fallbacks(executed):  # what Lab shows for a widget without saved state
+        count = re.search(r"(\d+)/(\d+) rounds", line)
+        assert count, f"{executed.name} has a widget output without a progress line: {line!r}"
+        assert count[1] == count[2] and "interrupted" not in line, f"{executed.name} shows unfinished progress: {line}"
 
 
 def progress_fallbacks(executed: Path) -> list[str]:
@@ -218,3 +221,129 @@ def test_use_preset_applies_the_preset_but_keeps_what_the_user_changed(tmp_path,
     assert copied["output_dir"] == str(tmp_path.resolve() / "results/smoke/demo")
     with pytest.raises(PresetError, match="not inside one"):
         use_preset("demo/nb", "paper", dict(cell), log=lambda *_: None)
+
+
+def test_progress_lines_estimate_and_merged_summary(small_project, tmp_path, monkeypatch):
+    import papermill
+
+    (small_project / "notebooks" / "02_c.ipynb").write_text("{}")
+    (small_project / "params" / "c").mkdir()
+    (small_project / "params" / "c" / "smoke.yaml").write_text("x: 3\n")
+    (small_project / "params" / "durations.json").write_text(json.dumps(
+        {"smoke": {"notebooks/00_a.ipynb": 10.0, "notebooks/02_c.ipynb": 30.0}}))
+    clock = iter([0.0, 20.0, 100.0, 160.0])  # a: 20 s (twice its record), c: 60 s
+    monkeypatch.setattr("pflcore.notebooks.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr(papermill, "execute_notebook", lambda source, target, **kw: Path(target).write_text("{}"))
+    lines = []
+    run_notebooks("smoke", out=tmp_path / "out", root=small_project, log=lines.append, record=True)
+    assert "about 40 s going by the seconds recorded" in lines[0]
+    assert lines[1].startswith("[1/2] ok     notebooks/00_a.ipynb") and lines[1].endswith("about 1 min 00 s left")
+    assert lines[3].startswith("[2/2] ok     notebooks/02_c.ipynb") and "left" not in lines[3]
+    durations = json.loads((small_project / "params" / "durations.json").read_text())
+    assert durations == {"smoke": {"notebooks/00_a.ipynb": 20.0, "notebooks/02_c.ipynb": 60.0}}
+
+    # a partial run replaces its notebook's entry and keeps the others'
+    clock = iter([0.0, 5.0])
+    monkeypatch.setattr("pflcore.notebooks.time.perf_counter", lambda: next(clock))
+    run_notebooks("smoke", out=tmp_path / "out", root=small_project, only=["02_c"], log=lines.append)
+    summary = {s["notebook"]: s for s in json.loads((tmp_path / "out" / "smoke" / "summary.json").read_text())}
+    assert set(summary) == {"notebooks/00_a.ipynb", "notebooks/01_b.ipynb", "notebooks/02_c.ipynb"}
+    assert summary["notebooks/00_a.ipynb"]["seconds"] == 20.0 and summary["notebooks/02_c.ipynb"]["seconds"] == 5.0
+    assert summary["notebooks/02_c.ipynb"]["finished"]
+    assert json.loads((small_project / "params" / "durations.json").read_text()) == durations  # only full runs record
+
+
+def test_parameters_go_to_the_notebooks_that_define_them_and_train_sets_the_environment(small_project, tmp_path,
+                                                                                       monkeypatch):
+    import os
+
+    import papermill
+
+    import pflcore.notebooks as notebooks
+
+    (small_project / "params" / "b" / "smoke.yaml").write_text("x: 2\n")
+    monkeypatch.setattr(notebooks, "notebook_parameters",
+                        lambda nb: {"x", "rounds"} if nb.name == "00_a.ipynb" else {"x"})
+    seen = {}
+
+    def fake_execute(source, target, parameters, **kwargs):
+        seen[Path(source).name] = (parameters, os.environ.get("PFLCORE_TRAIN"))
+        Path(target).write_text("{}")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    monkeypatch.delenv("PFLCORE_TRAIN", raising=False)
+    run_notebooks("smoke", out=tmp_path / "out", root=small_project, parameters={"rounds": 5, "x": 9}, train=True,
+                  log=lambda *_: None)
+    assert seen == {"00_a.ipynb": ({"x": 9, "rounds": 5}, "1"), "01_b.ipynb": ({"x": 9}, "1")}
+    assert "PFLCORE_TRAIN" not in os.environ
+    with pytest.raises(ValueError, match="no selected notebook has a parameter 'roundz'"):
+        run_notebooks("smoke", out=tmp_path / "out", root=small_project, parameters={"roundz": 5}, log=lambda *_: None)
+
+
+def test_only_takes_several_names_and_refuses_an_empty_one(small_project, tmp_path, monkeypatch, capsys):
+    from pflcore.cli import main
+
+    refuse_execution(monkeypatch)
+    assert [p.name for p in discover(small_project, ["00_a", "01_b"])] == ["00_a.ipynb", "01_b.ipynb"]
+    monkeypatch.chdir(small_project)
+    for argv in (["--only", ""], ["--only", "00_a", "nosuch"]):
+        assert main(["notebooks", *argv, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("empty name" in err or "'nosuch'" in err), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_papermills_harmless_warnings_are_filtered_and_others_kept(small_project, tmp_path, monkeypatch, caplog):
+    import logging
+
+    import papermill
+
+    def fake_execute(source, target, **kwargs):
+        logging.getLogger("papermill.translators").warning("Unable to parse line 5 'x = f(a=1)'.")
+        logging.getLogger("papermill").warning("Passed unknown parameter: preset")
+        logging.getLogger("papermill").warning("Input notebook does not contain a cell with tag 'parameters'")
+        Path(target).write_text("{}")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    with caplog.at_level(logging.WARNING):
+        run_notebooks("smoke", out=tmp_path / "out", root=small_project, log=lambda *_: None)
+    assert [r.getMessage() for r in caplog.records] == ["Input notebook does not contain a cell with tag 'parameters'"]
+
+
+@pytest.mark.slow
+def test_each_notebooks_line_reaches_a_pipe_when_it_ends_and_no_warning_does(tmp_path):
+    """Two real notebooks under ``pflcore notebooks``, stdout a pipe: the first one's line
+    arrives while the second still runs (it waits for a file the test writes on reading it)."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    root = tmp_path / "project"
+    flag = tmp_path / "go"
+    cells = {"00_a": "print('a')", "01_b": f"import pathlib, time\nwhile not pathlib.Path({str(flag)!r}).exists():\n"
+                                          "    time.sleep(0.2)"}
+    for name, code in cells.items():
+        nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                               "language": "python"}})
+        nb.cells = [nbformat.v4.new_code_cell("x = dict(a=1)\ny = 2", metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell(code)]
+        (root / "notebooks").mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, root / "notebooks" / f"{name}.ipynb")
+        (root / "params" / name[3:]).mkdir(parents=True)
+        (root / "params" / name[3:] / "smoke.yaml").write_text("y: 3\n")
+    command = [str(Path(sys.executable).with_name("pflcore")), "notebooks", "--out", str(tmp_path / "out")]
+    process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [process.stdout.readline(), process.stdout.readline()]
+        assert not flag.exists() and process.poll() is None  # b is still waiting
+        assert lines[1].startswith("[1/2] ok     notebooks/00_a.ipynb"), lines
+        flag.write_text("")
+        rest, err = process.communicate(timeout=120)
+    finally:
+        flag.write_text("")
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert rest.splitlines()[0].startswith("[2/2] ok     notebooks/01_b.ipynb")
+    assert err == "", f"warnings reached the user: {err}"

@@ -1,0 +1,173 @@
+"""``pflcore lab``: JupyterLab in the project, the way a user or a container runs it.
+
+- JupyterLab is this environment's (``<venv>/bin/jupyter``), started in the project root, so
+  the file browser shows ``notebooks/`` and the kernel is the project's ``.venv``; as root (a
+  container, many cloud notebooks) it adds ``--allow-root``, which Jupyter otherwise demands.
+- No news pop-up: the setting ``fetchNews: "false"`` of ``@jupyterlab/apputils-extension:notification``
+  is written as a default into the environment (``<venv>/share/jupyter/lab/settings/overrides.json``,
+  JupyterLab's documented place for defaults), never into the user's home; a user can still
+  change it in Settings.
+- Running a notebook never dirties the clone: nbstripout is installed as the git filter for
+  ``*.ipynb`` (attributes in the committed ``.gitattributes``, the filter command in the clone's
+  ``.git/config``). Git then sees a notebook through ``nbstripout --keep-id``, which strips
+  outputs, execution counts and Lab's run metadata and gives back exactly the committed form
+  (``pflcore notebooks --tidy``). Git's ``status`` trusts a file's size before it runs a filter,
+  so a saved notebook with outputs would still be listed as modified; a post-save hook of
+  Jupyter's server (:func:`refresh_git_index`, set in ``<venv>/etc/jupyter/jupyter_server_config.json``) refreshes
+  the index entry of a notebook whose stripped content is the committed one. Run All and an
+  autosave then leave ``git status`` empty, and a real edit still shows.
+
+``.ci/setup`` calls :func:`configure` (``pflcore lab --setup``); ``pflcore lab`` calls it too,
+so a clone set up before the filter existed gets it on its first ``pflcore lab``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+#: JupyterLab defaults written into the environment: no news feed and no pop-up asking for it.
+LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
+#: Jupyter server settings written into the environment (``jupyter lab`` from it reads them too).
+SERVER_CONFIG = {"FileContentsManager": {"post_save_hook": "pflcore.lab.refresh_git_index"}}
+
+
+def server_config_path(prefix: str | Path = sys.prefix) -> Path:
+    """The environment's Jupyter server config file (its ``.d`` folder only enables extensions)."""
+    return Path(prefix) / "etc" / "jupyter" / "jupyter_server_config.json"
+
+
+def overrides_path(prefix: str | Path = sys.prefix) -> Path:
+    """Where JupyterLab of the environment at ``prefix`` reads its default settings."""
+    return Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+
+
+def write_lab_overrides(prefix: str | Path = sys.prefix) -> Path:
+    """Merge :data:`LAB_OVERRIDES` into the environment's ``overrides.json`` (other plugins'
+    defaults kept; rewritten only when something changes); returns its path."""
+    return _merge_json(overrides_path(prefix), LAB_OVERRIDES)
+
+
+def write_server_config(prefix: str | Path = sys.prefix) -> Path:
+    """Merge :data:`SERVER_CONFIG` into the environment's server config (other settings kept)."""
+    return _merge_json(server_config_path(prefix), SERVER_CONFIG)
+
+
+def _merge_json(path: Path, sections: dict) -> Path:
+    """Set ``sections`` (``{section: {key: value}}``) in the JSON file at ``path``, keeping every
+    other entry; written atomically, and only when something changes."""
+    try:
+        current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except ValueError:
+        raise ValueError(f"{path} is not valid JSON; fix or delete it and run `pflcore lab --setup` again.") from None
+    merged = {**current, **{name: {**current.get(name, {}), **values} for name, values in sections.items()}}
+    if merged != current:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+
+def refresh_git_index(model=None, os_path=None, contents_manager=None, **_) -> threading.Thread | None:
+    """Jupyter's post-save hook: :func:`refresh_notebook_entry` for the saved notebook, in a
+    thread of its own (git and nbstripout take a second or two; the save and the kernels' messages
+    never wait for them). Returns the thread, or None for a file that is not a notebook."""
+    if not os_path or not str(os_path).endswith(".ipynb"):
+        return None
+    log = getattr(contents_manager, "log", None)
+
+    def refresh() -> None:
+        if refresh_notebook_entry(os_path) and log is not None:
+            log.info("git sees no change in %s (only its outputs changed)", os_path)
+
+    thread = threading.Thread(target=refresh, name="pflcore-git-refresh", daemon=True)
+    thread.start()
+    return thread
+
+
+def refresh_notebook_entry(os_path: str | Path) -> bool:
+    """After a notebook is saved: if its content through the git filter (nbstripout) is exactly
+    the index's, refresh its index entry, so ``git status`` stops listing it (git otherwise trusts
+    the file's new size and calls it modified without running the filter). Stages nothing: the
+    blob is the same. A notebook with a real edit, an untracked one or a folder outside git is
+    left alone; returns whether it refreshed."""
+    folder, name = Path(os_path).parent, Path(os_path).name
+    try:
+        staged = _git(folder, "ls-files", "--stage", "--", name).stdout.split()
+        if len(staged) < 2 or _git(folder, "config", "--get", "filter.nbstripout.clean").returncode != 0:
+            return False
+        cleaned = _git(folder, "hash-object", f"--path={name}", "--", name).stdout.strip()
+        return cleaned == staged[1] and _git(folder, "update-index", "-q", "--", name).returncode == 0
+    except OSError:  # no git: nothing to refresh
+        return False
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+
+
+def is_git_clone(root: Path) -> bool:
+    """Whether ``root`` is the top of a git work tree (not a folder inside another repository)."""
+    try:
+        done = _git(root, "rev-parse", "--show-toplevel")
+    except FileNotFoundError:  # no git on this machine
+        return False
+    return done.returncode == 0 and Path(done.stdout.strip()).resolve() == Path(root).resolve()
+
+
+def install_notebook_filter(root: str | Path, python: str | Path = sys.executable) -> bool:
+    """Install nbstripout as the clone's git filter for notebooks (idempotent); returns False
+    when ``root`` is not a git clone. ``nbstripout --install`` writes the filter into
+    ``.git/config`` (``.gitattributes`` already names it); the clean command then gets
+    ``--keep-id``, since nbstripout otherwise renumbers cell ids and every committed notebook
+    would look changed."""
+    root = Path(root)
+    if not is_git_clone(root):
+        return False
+    command = f'"{Path(python).as_posix()}" -m nbstripout --keep-id'
+    if _git(root, "config", "--get", "filter.nbstripout.clean").stdout.strip() == command:
+        return True
+    done = subprocess.run([str(python), "-m", "nbstripout", "--install", "--attributes", str(root / ".gitattributes")],
+                          cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError(f"nbstripout --install failed in {root}: {(done.stderr or done.stdout).strip()}")
+    for key, value in (("filter.nbstripout.clean", command), ("diff.ipynb.textconv", command + " -t")):
+        _git(root, "config", key, value).check_returncode()
+    return True
+
+
+def configure(root: str | Path, prefix: str | Path = sys.prefix, log=print) -> None:
+    """What ``.ci/setup`` and ``pflcore lab`` do before Lab starts: the no-news default and the
+    post-save hook in the environment, the notebook git filter in the clone."""
+    write_lab_overrides(prefix)
+    write_server_config(prefix)
+    if not install_notebook_filter(root):
+        log(f"pflcore lab: {root} is not a git clone, so no git filter was installed (nothing to keep clean).")
+
+
+def lab_command(root: str | Path, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The JupyterLab command line ``pflcore lab`` runs: this environment's ``jupyter lab`` in
+    ``root``, with ``--allow-root`` when run as root, then the user's own options."""
+    command = [str(Path(sys.executable).with_name("jupyter")), "lab", f"--ServerApp.root_dir={Path(root)}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
+        command.append("--allow-root")
+    return command + list(extra)
+
+
+def start_lab(root: str | Path, extra: list[str] | tuple[str, ...] = ()) -> None:
+    """Configure (:func:`configure`), then replace this process by JupyterLab in ``root``
+    (Ctrl-C and Lab's own shutdown question work as with ``jupyter lab``)."""
+    configure(root)
+    command = lab_command(root, extra)
+    if not Path(command[0]).exists():
+        raise FileNotFoundError(f"JupyterLab is not installed in {sys.prefix}: run `bash .ci/setup` "
+                                "(it installs the notebooks extra).")
+    os.chdir(root)
+    sys.stdout.flush()
+    os.execv(command[0], command)
