@@ -392,9 +392,10 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
             try:
                 papermill.execute_notebook(str(nb), str(target), parameters=values, cwd=str(root),
                                            kernel_name=kernel, progress_bar=False,
-                                           # the kernel's own warnings (TCP on 127.0.0.1 without encryption)
-                                           # say nothing a user can act on; its errors still show
-                                           extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                                           # the kernel's own log (TCP on 127.0.0.1 without encryption,
+                                           # 'KeyboardInterrupt caught' as it shuts down) says nothing a
+                                           # user can act on; a cell's error still fails the notebook
+                                           extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
                 run = NotebookRun(str(rel), preset, "ok", time.perf_counter() - t0, str(target))
             except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
                 message = str(exc).strip().splitlines()
