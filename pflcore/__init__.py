@@ -8,7 +8,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .config import ConfigError, ExperimentConfig
+from .config import ExperimentConfig
+from .errors import ConfigError
 from .engine import RunResult, run, sweep
 from . import analysis as _analysis  # noqa: F401,E402  (registers the analyses' run hooks: FedFA's feature probe)
 

@@ -35,8 +35,8 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from ..config import ConfigError, ExperimentConfig
-from ..errors import shorten
+from ..config import ExperimentConfig
+from ..errors import ConfigError, shorten
 from ..engine.executors import available_cores, resolve_workers
 from ..engine.jobs import JOB_KINDS, ClientJob, ClientResult, ClientWorker
 from ..engine.results import RunDirectory, RunResult
