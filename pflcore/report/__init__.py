@@ -183,7 +183,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
                 continue
             name = f"{spec.paper}-{spec.id}-{_slug(column)}-curves.png"
             plot_seed_curves(runs, out / "figures" / name, key=spec.curve_key,
-                             title=f"{spec.title}: {spec.column_title(column)}", ylabel=spec.curve_label)
+                             title=f"{spec.title}\n{spec.column_title(column)}", ylabel=spec.curve_label)
             figures.append((f"figures/{name}", f"{spec.column_title(column)}: {spec.curve_label} over rounds, "
                                                 f"mean over the recorded seeds (band: lowest to highest seed)"))
         claim = spec.claim(cells) if spec.claim else None

@@ -123,7 +123,8 @@ def render_paper(page: Page, verdict: Callable) -> str:
                 status, why = verdict(cell, spec.metric)
                 if not spec.comparable and cell.n:
                     status, why = "reference only", "the paper's number is for another dataset"
-                diff = cell.mean(spec.metric) - cell.paper if cell.n and cell.paper is not None else float("nan")
+                diff = (cell.mean(spec.metric) - cell.paper if cell.n and cell.paper is not None and spec.comparable
+                        else float("nan"))  # no difference to another dataset's number
                 spr = [r["provenance"].get("seconds_per_round") for r in cell.runs]
                 spr = [s for s in spr if isinstance(s, (int, float))]
                 rows.append({
