@@ -234,8 +234,6 @@ def test_quickstart_in_jupyterlab_runs_all_at_smoke_scale_and_leaves_the_file_un
         _wait(lambda: _kernel_idle(driver), 120, "the kernel to start", driver, "open")
         time.sleep(3)
         driver.save_screenshot(str(SHOTS / "1-opened.png"))
-        page = driver.execute_script("return document.body.innerText")
-        assert "Jupyter news" not in page, "JupyterLab asks about its news feed (pflcore lab's default was not read)"
         assert _git(copy, "config", "--get", "filter.nbstripout.clean").strip(), "pflcore lab installed no git filter"
 
         _save(driver)  # opening and saving an unedited notebook must change nothing
@@ -250,6 +248,9 @@ def test_quickstart_in_jupyterlab_runs_all_at_smoke_scale_and_leaves_the_file_un
               and _kernel_idle(driver), 900, "Run All to finish", driver, "run-all")
         seconds = time.time() - started
         driver.save_screenshot(str(SHOTS / "2-ran.png"))
+        # without pflcore lab's default (fetchNews "false" in .venv), Lab asks by now whether to fetch its news
+        assert "Jupyter news" not in driver.execute_script("return document.body.innerText"), \
+            "JupyterLab asks about its news feed: pflcore lab's default in the environment was not read"
 
         # Lab's autosave writes the outputs; git must see nothing (nbstripout filter + post-save hook)
         _wait(lambda: _has_outputs(copy / NOTEBOOK) and not driver.find_elements(By.CSS_SELECTOR, ".jp-mod-dirty"),
