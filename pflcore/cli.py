@@ -194,8 +194,9 @@ def _run(args: argparse.Namespace) -> int:
         if exc.errno is None or not exc.strerror:  # pflcore's own sentence (a results folder in the way)
             raise
         # the system refused a read or write (disk full, permissions): say where, and what happens next
-        raise RunStopped(f"{os_problem(exc).rstrip('.')} (while running into {target}); once that is fixed, "
-                         f"{_resume_hint(target)}") from exc
+        what = os_problem(exc).rstrip(".")
+        where = what if exc.filename else f"{target}: {what} writing the run's files"
+        raise RunStopped(f"{where}; once that is fixed, {_resume_hint(target)}") from exc
     print(json.dumps(result.summary, indent=1) if args.json else run_report(result.summary, result.path))
     return 0
 
