@@ -306,21 +306,26 @@ def test_a_list_parameter_given_text_is_refused_in_its_own_terms():
     check_parameter_types("fedpac/t1_main", smoke, {"methods": ["fedavg"], "rounds": 2.5, "data_root": "/x"})
 
 
-def test_a_full_disk_names_the_path_and_says_the_same_command_resumes(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("named", [True, False])
+def test_a_full_disk_names_the_path_and_says_the_same_command_resumes(tmp_path, monkeypatch, capsys, named):
+    """With the file the system names, or (a write through a stream) the run's folder."""
     import errno
 
     import pflcore.engine
 
+    metrics = str(tmp_path / "out" / "r" / "metrics.json")
+
     def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out" / "r" / "metrics.json"))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), *([metrics] if named else []))
 
     monkeypatch.setattr(pflcore.engine, "run", full)
     code = main(["run", "--method", "fedavg", "--dataset", "digits", "--set", "model=mlp", "--output-dir",
                  str(tmp_path / "out"), "--name", "r", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and "Errno" not in err
-    assert f"{tmp_path / 'out' / 'r' / 'metrics.json'}: no space left on device" in err
-    assert "the same command starts again from round 1" in err
+    where = f"{metrics}: no space left on device" if named else \
+        f"{tmp_path / 'out' / 'r'}: no space left on device writing the run's files"
+    assert where in err and err.endswith("the same command starts again from round 1."), err
 
 
 def test_an_os_error_is_described_with_its_path():
