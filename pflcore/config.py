@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 MAX_CLIENTS = 100_000
 #: Seeds are 64-bit (numpy's and torch's generators take at most that much entropy per key).
 MAX_SEED = 2 ** 64 - 1
+#: The most local epochs (and, in the methods' parameters, epochs or steps of any kind).
+MAX_EPOCHS = 10_000
 #: The most worker processes: more than any machine's cores (they are cut to the cores anyway).
 MAX_WORKERS = 1024
 #: Method parameters that count whole models the server keeps (FedEM's components,
@@ -186,8 +188,9 @@ class ExperimentConfig:
                                      "papers here; each client holds its own data and state)")
         if not _is_int(self.feature_probe) or self.feature_probe < 0:
             raise bad("feature_probe", "it must be a whole number >= 0 (samples per class; 0: off)")
-        if not _is_int(self.local_epochs) or self.local_epochs < 0:
-            raise bad("local_epochs", "it must be a whole number >= 0")
+        if not _is_int(self.local_epochs) or not 0 <= self.local_epochs <= MAX_EPOCHS:
+            raise bad("local_epochs", f"it must be a whole number in [0, {MAX_EPOCHS}] (the papers here use at most "
+                                      "40; a round of more would run for days without a word)")
         if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
             raise bad("seed", "it must be a whole number in [0, 2**64 - 1]")
         if not _is_number(self.participation) or not 0 < self.participation <= 1:

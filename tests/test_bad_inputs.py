@@ -78,6 +78,8 @@ CONFIG_CASES = [
     ({"partition": {"kind": "dirichlet", "alpha": 0.1, "max_retries": 10**12}}, "'partition.max_retries'"),
     ({"partition": {"kind": "iid", "samples_per_client": 10**9}}, "needs at least"),
     ({"shift": {"kind": "rotation", "groups": 10**9}}, "'groups' = 1000000000"),
+    ({"local_epochs": 10**9}, "'local_epochs' = 1000000000"),  # one round would run for years, silently
+    ({"method": "fedavg_ft", "method_params": {"ft_epochs": 10**9}}, "'method_params.ft_epochs' = 1000000000"),
     # careless inputs: a name must be printable, keys must be names
     ({"name": "a\nb"}, "'name' = 'a\\nb'"),
     ({"name": "run\x1b[31m"}, "'name'"),

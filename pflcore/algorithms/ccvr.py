@@ -82,7 +82,7 @@ class CCVR(Algorithm):
         "base": Param("fedavg", choices=_global_methods, doc="the global method whose classifier is calibrated"),
         "base_params": Param({}, doc="the base method's hyperparameters"),
         "virtual_per_class": Param(200, low=1, high=10000, doc="virtual features drawn per class"),
-        "epochs": Param(10, low=1, doc="epochs of classifier retraining on the virtual features"),
+        "epochs": Param(10, low=1, high=10000, doc="epochs of classifier retraining on the virtual features"),
         "lr": Param(0.01, low=0, low_open=True, doc="its SGD learning rate (momentum: the run's)"),
         "calibrate_every": Param(0, low=0, doc="also calibrate every this many rounds (0: after the last only)"),
     }

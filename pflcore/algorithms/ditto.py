@@ -29,7 +29,8 @@ class Ditto(FedAvg):
     predicts_globally = False
     hyperparams = {
         "lam": Param(1.0, low=0, doc="lambda, the pull of v_i towards the received global model"),
-        "personal_epochs": Param(0, low=0, doc="E_p, epochs of the personal step (0: the run's local epochs)"),
+        "personal_epochs": Param(0, low=0, high=10000,
+                                 doc="E_p, epochs of the personal step (0: the run's local epochs)"),
     }
 
     def client_modules(self, model: SplitModel) -> dict[str, nn.Module]:

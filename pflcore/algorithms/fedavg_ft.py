@@ -15,7 +15,7 @@ class FedAvgFT(FedAvg):
     predicts_globally = False
     trains_as = "fedavg"  # FedAvg's training exactly; only the predictor differs
     adapts_in_predictor = True  # a new client fine-tunes there, like every client (pFedFDA C.3)
-    hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of local fine-tuning before evaluation")}
+    hyperparams = {"ft_epochs": Param(5, low=0, high=10000, doc="epochs of local fine-tuning before evaluation")}
 
     def shared_predictor(self, state: dict, model: SplitModel) -> None:
         return None

@@ -17,7 +17,7 @@ class FedBABU(Algorithm):
     name = "fedbabu"
     paper = "Oh et al., ICLR 2022"
     adapts_in_predictor = True  # a new client fine-tunes there, like every client (pFedFDA C.3)
-    hyperparams = {"ft_epochs": Param(5, low=0, doc="epochs of fine-tuning before evaluation"),
+    hyperparams = {"ft_epochs": Param(5, low=0, high=10000, doc="epochs of fine-tuning before evaluation"),
                    "ft_body": Param(False, doc="fine-tune the whole model, not only the head")}
 
     def init(self, model: SplitModel, info: FederationInfo) -> dict:

@@ -182,7 +182,8 @@ class FedEMFT(FedEM):
     paper = "FedEM + local fine-tuning (Xu et al., ICLR 2023, appendix C.4)"
     hyperparams = {
         **FedEM.hyperparams,
-        "ft_epochs": Param(5, low=0, doc="epochs of local fine-tuning of every component before evaluation"),
+        "ft_epochs": Param(5, low=0, high=10000,
+                           doc="epochs of local fine-tuning of every component before evaluation"),
         "ft_loss": Param("plain", choices=("plain", "weighted"),
                          doc="fine-tuning loss: cross-entropy (as FedAvg-FT) or q-weighted (the authors' "
                              "local tuning)"),

@@ -115,7 +115,7 @@ class FedPAC(Algorithm):
     hyperparams = {
         "lam": Param(1.0, low=0, doc="lambda, weight of the feature-alignment term (eq. 5)"),
         "head_lr": Param(0.1, low=0, low_open=True, doc="eta_g, the head's learning rate"),
-        "head_epochs": Param(1, low=0, doc="head epochs with the body frozen"),
+        "head_epochs": Param(1, low=0, high=10000, doc="head epochs with the body frozen"),
         "feature_alignment": Param(True, doc='Table 2 "FA": align features to the global centroids'),
         "classifier_collab": Param(True, doc='Table 2 "CC": combine heads by the per-client QP'),
         "solver": Param("CLARABEL", choices=lambda: qp_solvers(), doc="the cvxpy solver of the QP"),

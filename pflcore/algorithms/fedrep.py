@@ -11,7 +11,7 @@ from .fedper import FedPer
 class FedRep(FedPer):
     name = "fedrep"
     paper = "Collins et al., ICML 2021"
-    hyperparams = {"head_epochs": Param(5, low=0, doc="head epochs (body frozen) before the body epochs")}
+    hyperparams = {"head_epochs": Param(5, low=0, high=10000, doc="head epochs (body frozen) before the body epochs")}
 
     def local_update(self, payload: dict, client: Client) -> dict:
         model = self.personal_model(payload, client)

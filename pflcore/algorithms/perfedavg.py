@@ -52,7 +52,8 @@ class PerFedAvg(FedAvg):
         "beta": Param(0.0, low=0, doc="beta, the meta step size (0: the run's lr)"),
         "variant": Param("fo", choices=("fo", "hf"), doc="'fo' first order, 'hf' Hessian-free (finite differences)"),
         "delta": Param(1e-3, low=0, low_open=True, doc="delta, the finite-difference step of 'hf'"),
-        "personal_steps": Param(1, low=0, doc="SGD steps at lr alpha on train data that give the personal model"),
+        "personal_steps": Param(1, low=0, high=10000,
+                                doc="SGD steps at lr alpha on train data that give the personal model"),
     }
 
     def meta_lr(self, client: Client) -> float:

@@ -220,7 +220,7 @@ class PFedFDA(Algorithm):
                             doc="upstream: +1e-4 everywhere + I, nearest correlation; ridge: + ridge I"),
         "ridge": Param(1e-4, low=0.0, doc="the ridge of covariance: ridge"),
         "cv_group_by_sample": Param(False, doc="keep all epochs' features of one sample in one fold"),
-        "beta_iterations": Param(10, low=1, doc="L-BFGS iterations of the beta solve"),
+        "beta_iterations": Param(10, low=1, high=10000, doc="L-BFGS iterations of the beta solve"),
         "profile": Param(False, doc="time each step of a client's round (Table 9): network passes, "
                                    "statistics, beta; reported per round as seconds summed over clients"),
     }

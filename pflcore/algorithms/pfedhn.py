@@ -72,7 +72,7 @@ class PFedHN(Algorithm):
         "server_lr": Param(0.01, low=0, low_open=True, doc="the hypernetwork's SGD learning rate"),
         "server_momentum": Param(0.9, low=0, high=1, high_open=True, doc="its momentum"),
         "server_weight_decay": Param(1e-3, low=0, doc="its weight decay"),
-        "local_steps": Param(0, low=0, doc="client SGD steps (0: the run's local epochs)"),
+        "local_steps": Param(0, low=0, high=10000, doc="client SGD steps (0: the run's local epochs)"),
         "clip": Param(50.0, low=0, doc="gradient-norm clip of the client's steps and the server's (0: none)"),
     }
 

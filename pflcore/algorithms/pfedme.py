@@ -45,7 +45,7 @@ class PFedMe(FedAvg):
     predicts_globally = False
     hyperparams = {
         "lam": Param(15.0, low=0, doc="lambda, the Moreau-envelope pull between theta and w_i"),
-        "inner_steps": Param(5, low=1, doc="K, steps on theta per mini-batch"),
+        "inner_steps": Param(5, low=1, high=10000, doc="K, steps on theta per mini-batch"),
         "personal_lr": Param(0.1, low=0, low_open=True, doc="eta_p, the inner steps' learning rate"),
         "beta": Param(1.0, low=0, high=2, doc="the server's step: w <- (1 - beta) w + beta avg(w_i)"),
     }
