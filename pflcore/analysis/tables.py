@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from ..algorithms import ALGORITHMS
 from ..engine.results import RunResult
+from ..engine.revisit import global_test_accuracy
+from ..papers import split_label
 
 #: The global-model papers' metric (FedFA): the final global model on the dataset's whole
 #: test set. Not in ``summary.json``; computed from the run's final state when a table asks
@@ -15,8 +18,6 @@ def metric_value(result: RunResult, metric: str) -> float:
     """A run's number for ``metric``: a key of its ``summary.json``, or ``"global_test_acc"``
     (computed once per loaded run, then kept in its in-memory summary)."""
     if metric == GLOBAL_TEST_ACC and metric not in result.summary:
-        from ..engine.revisit import global_test_accuracy
-
         result.summary[metric] = global_test_accuracy(result)
     return result.summary[metric]
 
@@ -89,9 +90,6 @@ def seeds_table(results: Mapping[str, Sequence[RunResult]], paper: Mapping[str, 
 def _missing_rows(results: Mapping[str, object], paper: Mapping[str, float] | None) -> list[dict]:
     """The paper's rows that were not run: "not run" for a method pflcore has, else "not
     implemented yet" (tables list them, never drop them)."""
-    from ..algorithms import ALGORITHMS
-    from ..papers import split_label
-
     def implemented(label: str) -> bool:  # a "method name=value" label of a registered method
         try:
             return split_label(label)[0] in ALGORITHMS
