@@ -8,7 +8,7 @@ from ..engine.results import RunResult
 from ..papers import display_name
 from .palette import LINE_STYLES, MARKERS, OURS_COLOUR, PAPER_COLOUR, colour, integer_ticks, setting_text
 
-__all__ = ["LINE_STYLES", "MARKERS", "plot_bars", "plot_curves", "plot_sweep"]
+__all__ = ["LINE_STYLES", "MARKERS", "mark_axis_break", "plot_bars", "plot_curves", "plot_sweep"]
 
 #: Markers that are drawn as outlines only (their face colour would be meaningless).
 _LINE_MARKERS = {"x", "+", "|", "_", "1", "2", "3", "4"}
@@ -107,19 +107,23 @@ def plot_sweep(results: Mapping[str, Mapping[float, RunResult]], xlabel: str, ax
 _BREAK_ABOVE = 0.5
 
 
-def _mark_break(ax, drawn, width: float) -> None:
+def mark_axis_break(ax, positions, width: float = 0.7, horizontal: bool = False) -> None:
     """The sign of a value axis that does not start at 0: a double slash on the axis and a
-    white gap across every bar, just above the axis' bottom (FedPAC Table 2 bars)."""
+    white gap across every bar (at ``positions``, ``width`` wide), just after the axis'
+    start. ``horizontal``: bars drawn with ``barh`` (the value axis is x). Call it after
+    the limits are set."""
     from matplotlib.patches import Rectangle
 
-    transform = ax.get_xaxis_transform()  # x in data, y in axes fraction
-    gap_y, gap_h = 0.035, 0.03
-    for i in drawn:
-        ax.add_patch(Rectangle((i - width / 2 - 0.02, gap_y), width + 0.04, gap_h, transform=transform,
-                               facecolor="white", edgecolor="none", zorder=2.5, gid="axis-break"))
-    d = 0.012
-    for y in (gap_y, gap_y + gap_h):
-        ax.plot([-d, d], [y - d, y + d], transform=ax.transAxes, color="k", lw=1, clip_on=False, gid="axis-break")
+    at, size, d = 0.035, 0.03, 0.012
+    transform = ax.get_yaxis_transform() if horizontal else ax.get_xaxis_transform()  # value axis in axes fraction
+    for i in positions:
+        corner = (at, i - width / 2 - 0.02) if horizontal else (i - width / 2 - 0.02, at)
+        extent = (size, width + 0.04) if horizontal else (width + 0.04, size)
+        ax.add_patch(Rectangle(corner, *extent, transform=transform, facecolor="white", edgecolor="none",
+                               zorder=2.5, gid="axis-break"))
+    for v in (at, at + size):
+        xs, ys = ([v - d, v + d], [-d, d]) if horizontal else ([-d, d], [v - d, v + d])
+        ax.plot(xs, ys, transform=ax.transAxes, color="k", lw=1, clip_on=False, gid="axis-break")
 
 
 def plot_bars(values: Mapping[str, float | None], errors: Mapping[str, float] | None = None,
@@ -166,7 +170,7 @@ def plot_bars(values: Mapping[str, float | None], errors: Mapping[str, float] | 
         span = max(high - low, 1e-9)
         ax.set_ylim(max(low - 0.35 * span - 0.5, 0.0), high + 0.4 * span + 0.5)  # room for the legend
         if ax.get_ylim()[0] > 0:
-            _mark_break(ax, drawn, width)
+            mark_axis_break(ax, drawn, width)
     ax.set_xticks(range(len(labels)))
     names = [display_name(k) for k in labels]
     long = max(map(len, names), default=0) > 8
