@@ -15,7 +15,9 @@
   so a saved notebook with outputs would still be listed as modified; a post-save hook of
   Jupyter's server (:func:`refresh_git_index`, set in ``<venv>/etc/jupyter/jupyter_server_config.json``) refreshes
   the index entry of a notebook whose stripped content is the committed one. Run All and an
-  autosave then leave ``git status`` empty, and a real edit still shows.
+  autosave then leave ``git status`` empty, and a real edit still shows. A pre-save hook
+  (:func:`keep_python_version`) keeps the Python version a notebook records, so a kernel of
+  another Python does not change an unedited notebook either.
 
 ``.ci/setup`` calls :func:`configure` (``pflcore lab --setup``); ``pflcore lab`` calls it too,
 so a clone set up before the filter existed gets it on its first ``pflcore lab``.
@@ -34,7 +36,8 @@ LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "f
 
 
 #: Jupyter server settings written into the environment (``jupyter lab`` from it reads them too).
-SERVER_CONFIG = {"FileContentsManager": {"post_save_hook": "pflcore.lab.refresh_git_index"}}
+SERVER_CONFIG = {"FileContentsManager": {"pre_save_hook": "pflcore.lab.keep_python_version",
+                                         "post_save_hook": "pflcore.lab.refresh_git_index"}}
 
 
 def server_config_path(prefix: str | Path = sys.prefix) -> Path:
@@ -72,6 +75,26 @@ def _merge_json(path: Path, sections: dict) -> Path:
         tmp.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
     return path
+
+
+def keep_python_version(model=None, path=None, contents_manager=None, **_) -> None:
+    """Jupyter's pre-save hook: a notebook saved over one on disk keeps the Python version that
+    file records (``metadata.language_info.version``). Lab writes the running kernel's version,
+    so on any Python but the one the notebooks were committed with (3.11.2), an unedited notebook
+    would change on save and git would list it; the version says nothing about the notebook."""
+    content = (model or {}).get("content")
+    if (model or {}).get("type") != "notebook" or not isinstance(content, dict) or contents_manager is None:
+        return
+    info = content.get("metadata", {}).get("language_info")
+    if not isinstance(info, dict) or "version" not in info:
+        return
+    try:
+        saved = json.loads((Path(contents_manager.root_dir) / str(path).strip("/")).read_text(encoding="utf-8"))
+        version = saved["metadata"]["language_info"]["version"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a new notebook, or no version on disk
+        return
+    if isinstance(version, str):
+        info["version"] = version
 
 
 def refresh_git_index(model=None, os_path=None, contents_manager=None, **_) -> threading.Thread | None:

@@ -160,23 +160,25 @@ def takes_preset(notebook: Path) -> bool:
                and re.search(r"^preset\s*=", "".join(c.get("source", "")), re.M) for c in cells)
 
 
-def lab_metadata() -> dict:
+def lab_metadata(python_version: str | None = None) -> dict:
     """The notebook metadata JupyterLab 4 writes for the project's kernel (the ``python3``
     ipykernel of the environment pflcore runs in): its kernelspec, and the language_info
-    the kernel reports once it starts (its Python version included)."""
+    the kernel reports once it starts, with ``python_version`` (default: this Python's; a
+    project notebook keeps its own, see :func:`pflcore.lab.keep_python_version`)."""
     return {
         "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
         "language_info": {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
                           "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
-                          "pygments_lexer": "ipython3", "version": platform.python_version()},
+                          "pygments_lexer": "ipython3", "version": python_version or platform.python_version()},
     }
 
 
 def canonical_notebook(text: str) -> str:
     """A notebook as JupyterLab saves it after opening it, without outputs: nbformat 4.5
     JSON (indent 1, sorted keys, a final newline), the kernel's metadata
-    (:func:`lab_metadata`), no outputs or execution counts, and cells keeping only their
-    tags as metadata (papermill's and the execution timings go)."""
+    (:func:`lab_metadata`; the Python version the notebook records is kept, so tidying on
+    another Python changes nothing), no outputs or execution counts, and cells keeping only
+    their tags as metadata (papermill's and the execution timings go)."""
     import nbformat
 
     nb = nbformat.reads(text, as_version=4)
@@ -185,7 +187,8 @@ def canonical_notebook(text: str) -> str:
         cell["metadata"] = nbformat.NotebookNode({"tags": tags} if tags else {})
         if cell.cell_type == "code":
             cell["outputs"], cell["execution_count"] = [], None
-    nb.metadata = nbformat.NotebookNode(lab_metadata())
+    version = nb.metadata.get("language_info", {}).get("version")
+    nb.metadata = nbformat.NotebookNode(lab_metadata(version if isinstance(version, str) else None))
     nb.nbformat, nb.nbformat_minor = 4, 5
     return nbformat.writes(nb) + "\n"
 

@@ -80,7 +80,8 @@ def test_lab_overrides_go_into_the_environment_and_keep_other_settings(tmp_path)
     from pflcore.lab import overrides_path, write_lab_overrides, write_server_config
 
     hook = json.loads(write_server_config(tmp_path).read_text())  # <venv>/etc/jupyter/jupyter_server_config.d/
-    assert hook == {"FileContentsManager": {"post_save_hook": "pflcore.lab.refresh_git_index"}}
+    assert hook == {"FileContentsManager": {"pre_save_hook": "pflcore.lab.keep_python_version",
+                                            "post_save_hook": "pflcore.lab.refresh_git_index"}}
 
     path = overrides_path(tmp_path)
     path.parent.mkdir(parents=True)
@@ -139,3 +140,18 @@ def test_the_git_filter_keeps_an_executed_notebook_out_of_git(tmp_path):
     nbformat.write(executed, path)
     assert not refresh_notebook_entry(path)
     assert git("status", "--porcelain").strip() == "M notebooks/nb.ipynb" and git("diff", "--cached") == ""
+
+
+def test_a_saved_notebook_keeps_the_python_version_it_records(tmp_path):
+    from types import SimpleNamespace
+
+    from pflcore.lab import keep_python_version
+
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"metadata": {"language_info": {"version": "3.11.2"}}}))
+    manager = SimpleNamespace(root_dir=str(tmp_path))
+    model = {"type": "notebook", "content": {"metadata": {"language_info": {"name": "python", "version": "3.12.4"}}}}
+    keep_python_version(model=model, path="/nb.ipynb", contents_manager=manager)
+    assert model["content"]["metadata"]["language_info"] == {"name": "python", "version": "3.11.2"}
+    new = {"type": "notebook", "content": {"metadata": {"language_info": {"version": "3.12.4"}}}}
+    keep_python_version(model=new, path="new.ipynb", contents_manager=manager)  # nothing on disk yet
+    assert new["content"]["metadata"]["language_info"]["version"] == "3.12.4"

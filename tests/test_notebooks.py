@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import platform
 import re
 from pathlib import Path
 
@@ -81,6 +82,10 @@ def test_canonical_form_drops_outputs_and_execution_metadata():
     assert set(tidy.metadata) == {"kernelspec", "language_info"}
     assert tidy.metadata.kernelspec.display_name == "Python 3 (ipykernel)"
     assert canonical_notebook(canonical_notebook(nbformat.writes(nb))) == canonical_notebook(nbformat.writes(nb))
+    assert tidy.metadata.language_info.version == platform.python_version()
+    nb.metadata["language_info"] = {"name": "python", "version": "3.9.1"}  # tidied on another Python: kept
+    kept = nbformat.reads(canonical_notebook(nbformat.writes(nb)), as_version=4)
+    assert kept.metadata.language_info.version == "3.9.1"
 
 
 @pytest.mark.slow
