@@ -27,13 +27,12 @@ from torch import nn
 from ..algorithms.base import EVALUATE, TRAIN, snapshot
 from ..engine.hooks import RunHook, register_hook
 from ..training import EVAL_KEY, INFERENCE_BATCH, TRAIN_KEY
+from .feature_plots import plot_cosine_histograms, plot_tsne  # drawn there; importable from here as before
 
 #: Cosine similarity's guard against zero vectors (torch's ``cosine_similarity`` default):
 #: a zero vector (e.g. an all-zero post-ReLU feature, or a head row that did not move) has
 #: cosine 0 with everything.
 COSINE_EPS = 1e-8
-
-_MARKERS = ("o", "s", "^", "v", "<", ">", "D", "P", "X", "*", "p", "h", "d", "8", "H")
 
 
 # ------------------------------------------------------------------ verification set
@@ -229,36 +228,6 @@ def tsne_embedding(features: Mapping[int, Any], labels, clients: Iterable[int] |
     return FeatureEmbedding(np.asarray(points, dtype=np.float64), classes, owners, samples)
 
 
-def plot_tsne(embedding: FeatureEmbedding, ax=None, class_names: Sequence[str] | None = None,
-              client_names: Mapping[int, str] | None = None, title: str | None = None, size: float = 12):
-    """FedFA Figures 2, 6-9: the t-SNE points, colour = class, marker = client, with a
-    legend of both."""
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 5))
-    classes = sorted(set(embedding.classes.tolist()))
-    clients = sorted(set(embedding.clients.tolist()))
-    cmap = plt.get_cmap("tab10" if max(classes, default=0) < 10 else "tab20")
-    colour = {c: cmap(c % cmap.N) for c in classes}
-    marker = {k: _MARKERS[i % len(_MARKERS)] for i, k in enumerate(clients)}
-    for k in clients:
-        mine = embedding.clients == k
-        ax.scatter(embedding.points[mine, 0], embedding.points[mine, 1], s=size, marker=marker[k],
-                   c=[colour[c] for c in embedding.classes[mine]], alpha=0.8, linewidths=0)
-    cname = (lambda c: class_names[c]) if class_names is not None else str
-    kname = (lambda k: client_names.get(k, f"client {k}")) if client_names else (lambda k: f"client {k}")
-    handles = [Line2D([], [], ls="", marker="o", color=colour[c], label=cname(c)) for c in classes]
-    handles += [Line2D([], [], ls="", marker=marker[k], color="grey", label=kname(k)) for k in clients]
-    ax.legend(handles=handles, fontsize="x-small", bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    if title:
-        ax.set_title(title)
-    return ax
-
-
 # ------------------------------------------------------------------ cosine histograms
 def _unit_rows(f: torch.Tensor) -> torch.Tensor:
     f = f.double()
@@ -291,27 +260,6 @@ def cosine_pairs(features: Mapping[int, Any], labels, held=None,
             negative.append(sims[allowed & ~same])
     cat = (lambda parts: torch.cat(parts).numpy() if parts else np.zeros(0))
     return cat(positive), cat(negative)
-
-
-def plot_cosine_histograms(positive: np.ndarray, negative: np.ndarray, ax=None, bins: int = 50,
-                           title: str | None = None, density: bool = False):
-    """FedFA Figures 2, 6-9: histograms of the positive and the negative pairs' cosine
-    similarities on one axis."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 4))
-    low = min([0.0] + [float(np.min(v)) for v in (positive, negative) if len(v)])
-    edges = np.linspace(low, 1.0, bins + 1)
-    ax.hist(negative, bins=edges, alpha=0.6, label=f"negative pairs ({len(negative)})", density=density)
-    ax.hist(positive, bins=edges, alpha=0.6, label=f"positive pairs ({len(positive)})", density=density)
-    ax.set_xlabel("cosine similarity")
-    ax.set_ylabel("density" if density else "pairs")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    if title:
-        ax.set_title(title)
-    return ax
 
 
 # ------------------------------------------------------------------ Figure 4 statistics
