@@ -56,10 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     nbs.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
 
     lab = sub.add_parser("lab", allow_abbrev=False, help="start JupyterLab in the project (other options go to "
-                         "`jupyter lab`, e.g. --no-browser --port 8889)")
+                         "`jupyter lab`, e.g. --no-browser --port 8889)",
+                         description="Start this environment's JupyterLab in the project root (--allow-root when run "
+                                     "as root), with no news pop-up and notebooks that never dirty the git clone. "
+                                     "Options other than --setup go to `jupyter lab` (e.g. --no-browser --port 8889).")
     lab.add_argument("--setup", action="store_true",
-                     help="start nothing: write the no-news default into this environment and install the "
-                          "nbstripout git filter (what .ci/setup does)")
+                     help="start nothing: write the no-news default and the save hooks into this environment and "
+                          "install the nbstripout git filter in the clone (what .ci/setup does)")
     lab.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
     return parser
 
