@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pytest
 
+from browser import chrome, require_browser
 from pflcore import records
 from pflcore.report import Cell, build, cells_of, first_place, verdict
 from pflcore.report.catalogue import CATALOGUE, TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "outputs" / "report-screenshots"
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 T1 = next(t for t in TABLES if t.notebook == "fedpac/t1_main")
 
 
@@ -76,25 +75,9 @@ def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
         assert len(spec.protocol.split()) > 20 and spec.notebook in notebooks
 
 
-def _require_browser():
-    missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not found]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("selenium")
-    if missing:
-        message = f"the report's browser test needs {', '.join(missing)} (bash .ci/setup installs them)"
-        if __import__("os").environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 @pytest.mark.slow
 def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(tmp_path):
-    _require_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
+    require_browser("the report's browser test")
     from selenium.webdriver.common.by import By
 
     shipped = records.all_records(ROOT / "reproductions")
@@ -104,13 +87,7 @@ def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(
     text = index.read_text()
     assert f"{len(shipped)} run records" in text
     SHOTS.mkdir(parents=True, exist_ok=True)
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1300,1600",
-                 "--disable-gpu"):
-        options.add_argument(flag)
-    service = Service(CHROMEDRIVER)
-    driver = webdriver.Chrome(service=service, options=options)
+    driver, service = chrome(1300, 1600)
     try:
         for page in pages:
             driver.get(page.as_uri())
