@@ -41,6 +41,15 @@ def test_bars_are_honest_and_mark_the_paper_in_its_own_colour():
     only_paper = plot_bars({"ours": 80.0, "paper-only row": None}, paper={"paper-only row": 83.0})
     assert len([p for p in only_paper.patches if p.get_gid() != "axis-break"]) == 1
     assert only_paper.get_ylim()[1] > 83.0
+    from pflcore.analysis import bar_value_limits, mark_axis_break
+
+    assert bar_value_limits([10.0, 85.0])[0] == 0 and bar_value_limits([80.0, 85.0])[0] > 70
+    fig, horizontal = plt.subplots()
+    horizontal.barh([0, 1], [80.0, 85.0])
+    horizontal.set_xlim(*bar_value_limits([80.0, 85.0]))
+    mark_axis_break(horizontal, [0, 1], 0.8, horizontal=True)  # a notebook's own barh
+    gaps = [p for p in horizontal.patches if p.get_gid() == "axis-break"]
+    assert len(gaps) == 2 and all(p.get_width() < p.get_height() for p in gaps)  # across the bars, near the axis
     named = plot_bars({"fedavg_ft": 80.0, "hypcluster k=3": 81.0})
     assert [t.get_text() for t in named.get_xticklabels()] == ["FedAvg-FT", "HypCluster k=3"]
     plt.close("all")

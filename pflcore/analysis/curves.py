@@ -8,7 +8,7 @@ from ..engine.results import RunResult
 from ..papers import display_name
 from .palette import LINE_STYLES, MARKERS, OURS_COLOUR, PAPER_COLOUR, colour, integer_ticks, setting_text
 
-__all__ = ["LINE_STYLES", "MARKERS", "mark_axis_break", "plot_bars", "plot_curves", "plot_sweep"]
+__all__ = ["LINE_STYLES", "MARKERS", "bar_value_limits", "mark_axis_break", "plot_bars", "plot_curves", "plot_sweep"]
 
 #: Markers that are drawn as outlines only (their face colour would be meaningless).
 _LINE_MARKERS = {"x", "+", "|", "_", "1", "2", "3", "4"}
@@ -107,6 +107,24 @@ def plot_sweep(results: Mapping[str, Mapping[float, RunResult]], xlabel: str, ax
 _BREAK_ABOVE = 0.5
 
 
+def bar_value_limits(values, zero_based: bool = False, headroom: float = 0.15) -> tuple[float, float]:
+    """The value axis of a bar chart: from 0 when 0 is near the data (the lowest value at
+    most half the highest), when ``zero_based`` or when a value is negative (0 kept in
+    view); otherwise over the data with a margin, for a spread of a few points to show,
+    and then the break must be marked (:func:`mark_axis_break`). ``headroom``: the share
+    of the span left above the data (for a legend or value labels)."""
+    import math
+
+    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    if zero_based or low < 0 or low <= _BREAK_ABOVE * high:
+        low, high = min(low, 0.0), max(high, 0.0)
+        span = max(high - low, abs(high), abs(low), 1e-9)
+        return low - (0.12 * span if low < 0 else 0.0), high + headroom * span
+    span = max(high - low, 1e-9)
+    return max(low - 0.35 * span - 0.5, 0.0), high + headroom * span + 0.5
+
+
 def mark_axis_break(ax, positions, width: float = 0.7, horizontal: bool = False) -> None:
     """The sign of a value axis that does not start at 0: a double slash on the axis and a
     white gap across every bar (at ``positions``, ``width`` wide), just after the axis'
@@ -161,16 +179,9 @@ def plot_bars(values: Mapping[str, float | None], errors: Mapping[str, float] | 
                   zorder=4, label="paper")
         ax.plot(xs, ys, "D", color=PAPER_COLOUR, markeredgecolor="white", markersize=6, zorder=5)
     points = [heights[i] + s * err[i] for i in drawn for s in (-1, 0, 1)] + [v for _, v in marked]
-    low, high = (min(points), max(points)) if points else (0.0, 1.0)
-    if zero_based or low < 0 or low <= _BREAK_ABOVE * high:
-        low, high = min(low, 0.0), max(high, 0.0)
-        span = max(high - low, abs(high), abs(low), 1e-9)
-        ax.set_ylim(low - (0.12 * span if low < 0 else 0.0), high + (0.3 if errors or marked else 0.15) * span)
-    else:
-        span = max(high - low, 1e-9)
-        ax.set_ylim(max(low - 0.35 * span - 0.5, 0.0), high + 0.4 * span + 0.5)  # room for the legend
-        if ax.get_ylim()[0] > 0:
-            mark_axis_break(ax, drawn, width)
+    ax.set_ylim(*bar_value_limits(points, zero_based=zero_based, headroom=0.4 if errors or marked else 0.15))
+    if ax.get_ylim()[0] > 0:
+        mark_axis_break(ax, drawn, width)
     ax.set_xticks(range(len(labels)))
     names = [display_name(k) for k in labels]
     long = max(map(len, names), default=0) > 8
