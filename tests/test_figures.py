@@ -192,3 +192,16 @@ def test_matrix_writes_every_entry_and_keeps_small_entries_visible_on_a_log_scal
     norm = ax.images[0].norm
     assert 0.5 < norm(0.001) < norm(0.02) < norm(0.5) < norm(1.0)  # all distinct, above the midpoint
     plt.close(ax.figure)
+
+
+def test_record_curves_name_every_method(tmp_path, monkeypatch):
+    from pflcore.analysis import record_figures
+
+    drawn = {}
+    monkeypatch.setattr(record_figures.plt, "close", lambda fig: drawn.setdefault("fig", fig))
+    records = {"fedavg_ft": [{"history": [{"round": r, "acc_mean": 50.0 + r} for r in (1, 2, 3)]}] * 2,
+               "fedpac": [{"history": []}]}
+    assert record_figures.plot_seed_curves(records, tmp_path / "c.png").exists()
+    legend = [t.get_text() for t in drawn["fig"].axes[0].get_legend().get_texts()]
+    assert legend == ["FedAvg-FT (n=2)", "FedPAC (n=1, no round in common)"]  # none dropped, display names
+    plt.close(drawn["fig"])
