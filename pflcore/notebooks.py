@@ -307,19 +307,25 @@ def clock(seconds: float) -> str:
 
 def merge_summary(path: Path, runs: list[NotebookRun]) -> list[dict]:
     """``summary.json`` with this run's notebooks replaced and every other notebook's last
-    entry kept (a partial run never loses an earlier run's record); returns what was written."""
-    try:
-        earlier = json.loads(path.read_text(encoding="utf-8"))
-        earlier = [e for e in earlier if isinstance(e, dict) and "notebook" in e] if isinstance(earlier, list) else []
-    except (OSError, ValueError):
-        earlier = []
-    ran = {r.notebook for r in runs}
-    merged = sorted([e for e in earlier if e["notebook"] not in ran] + [asdict(r) for r in runs],
-                    key=lambda e: e["notebook"])
+    entry kept (a partial run never loses an earlier run's record; two runs ending at once
+    take turns through a lock file beside it); returns what was written."""
+    import fcntl
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(merged, indent=1) + "\n")
-    tmp.replace(path)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8"))
+            earlier = [e for e in earlier if isinstance(e, dict) and "notebook" in e] \
+                if isinstance(earlier, list) else []
+        except (OSError, ValueError):
+            earlier = []
+        ran = {r.notebook for r in runs}
+        merged = sorted([e for e in earlier if e["notebook"] not in ran] + [asdict(r) for r in runs],
+                        key=lambda e: e["notebook"])
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(merged, indent=1) + "\n")
+        tmp.replace(path)
     return merged
 
 
