@@ -15,11 +15,13 @@ _LINE_MARKERS = {"x", "+", "|", "_", "1", "2", "3", "4"}
 
 
 def _titled(ax, title: str | None, setting: str) -> None:
-    """The panel's title, with the runs' shared setting on a second, smaller line."""
-    if title and setting and setting not in title and not setting.startswith(title):
+    """The panel's title, with the runs' shared setting on a second, smaller line; parts of
+    the title the setting already says (comma-separated) are not repeated."""
+    if title and setting:
+        said = set(setting.split(", "))
+        title = ", ".join(part for part in (p.strip() for p in title.split(",")) if part not in said)
+    if title and setting:
         ax.set_title(f"{title}\n{setting}", fontsize="medium")
-    elif setting and title and setting.startswith(title):
-        ax.set_title(setting, fontsize="medium")
     elif title or setting:
         ax.set_title(title or setting, fontsize="medium")
 
