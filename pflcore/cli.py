@@ -1,5 +1,6 @@
 """The ``pflcore`` command: ``pflcore run`` (one experiment), ``pflcore notebooks``
-(the notebook collection under papermill) and ``pflcore lab`` (JupyterLab in the project).
+(the notebook collection under papermill), ``pflcore lab`` (JupyterLab in the project) and
+``pflcore report`` (the reproduction report, built from the run records).
 
 A user's mistake or a known condition (a bad config, a missing file, a damaged result
 file, a diverging run, Ctrl-C) is reported in one line and a non-zero exit code, never a
@@ -64,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start nothing: write the no-news default and the save hooks into this environment and "
                           "install the nbstripout git filter in the clone (what .ci/setup does)")
     lab.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
+
+    report = sub.add_parser("report", help="build the reproduction report (static HTML) from the run records")
+    report.add_argument("--out", default="outputs/report", help="folder for the site (default: outputs/report)")
+    report.add_argument("--no-notebooks", action="store_true",
+                        help="only the pages drawn from the records, without executing the paper notebooks")
+    report.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -73,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.lab_options and args.command != "lab":
         parser.error(f"unrecognized arguments: {' '.join(args.lab_options)}")
     debug = args.debug or args.debug_here or os.environ.get("PFLCORE_DEBUG", "") not in ("", "0")
-    command: Callable[[argparse.Namespace], int] = {"run": _run, "notebooks": _notebooks, "lab": _lab}[args.command]
+    command: Callable[[argparse.Namespace], int] = {"run": _run, "notebooks": _notebooks, "lab": _lab,
+                                                   "report": _report}[args.command]
     try:
         return command(args)
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -275,6 +283,15 @@ def _lab(args: argparse.Namespace) -> int:
         configure(root)
         return 0
     start_lab(root, args.lab_options)  # replaces this process by JupyterLab
+    return 0
+
+
+# ---------------------------------------------------------------------- pflcore report
+def _report(args: argparse.Namespace) -> int:
+    from .report import build
+
+    index = build(args.out, execute=not args.no_notebooks)
+    print(f"open {index} in a browser")
     return 0
 
 

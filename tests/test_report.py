@@ -126,3 +126,11 @@ def test_close_rivals_are_compared_on_the_same_test_samples_per_seed():
     b = Cell("c", "ditto", runs=[with_hits("ditto", 0, [0, 0, 0, 1, 1, 1, 1, 0])])
     [(seed, only_a, only_b, p)] = same_samples(a, b)
     assert (seed, only_a, only_b) == (0, 3, 1) and p == pytest.approx(0.625)  # 2 * P(X <= 1), X ~ Bin(4, 1/2)
+
+
+def test_pflcore_report_builds_the_pages_from_the_command_line(tmp_path, capsys):
+    from pflcore.cli import main
+
+    assert main(["report", "--no-notebooks", "--out", str(tmp_path / "site")]) == 0
+    assert (tmp_path / "site" / "index.html").exists() and (tmp_path / "site" / "records.html").exists()
+    assert "open " in capsys.readouterr().out
