@@ -29,26 +29,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import chrome, require_browser
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "outputs" / "jupyterlab"
 NOTEBOOK = "notebooks/00_quickstart.ipynb"
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 pytestmark = pytest.mark.slow
-
-
-def _require_browser():
-    missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not found]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("selenium")
-    if missing:
-        message = f"the real-browser test needs {', '.join(missing)} (bash .ci/setup installs them)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def _free_port() -> int:
@@ -114,7 +101,7 @@ def _git(copy: Path, *args: str) -> str:
 def lab(tmp_path):
     """``pflcore lab`` over a git clone of notebooks/ and params/; yields (base url, token,
     copy); stops Lab, its kernels and everything they started."""
-    _require_browser()
+    require_browser()
     copy = tmp_path / "project"
     for folder in ("notebooks", "params"):
         shutil.copytree(ROOT / folder, copy / folder)
@@ -160,18 +147,7 @@ def lab(tmp_path):
 
 
 def _driver():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
-                 "--disable-gpu"):
-        options.add_argument(flag)
-    service = Service(CHROMEDRIVER)
-    return webdriver.Chrome(service=service, options=options), service
-
+    return chrome(1400, 1000)
 
 def _wait(condition, seconds: float, what: str, driver=None, shot: str = "timeout"):
     deadline = time.time() + seconds
