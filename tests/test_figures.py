@@ -205,3 +205,19 @@ def test_record_curves_name_every_method(tmp_path, monkeypatch):
     legend = [t.get_text() for t in drawn["fig"].axes[0].get_legend().get_texts()]
     assert legend == ["FedAvg-FT (n=2)", "FedPAC (n=1, no round in common)"]  # none dropped, display names
     plt.close(drawn["fig"])
+
+
+def test_the_palette_is_colour_blind_safe_and_can_be_matplotlibs_cycle():
+    from matplotlib import rcParams
+
+    from pflcore.analysis import PALETTE, PAPER_COLOUR
+    from pflcore.analysis.palette import colours, install
+
+    assert len(set(PALETTE)) == 16 and PAPER_COLOUR not in PALETTE and "#7F7F7F" not in PALETTE
+    assert colours(5) == PALETTE[:5] and len({tuple(c) for c in colours(20)}) == 20  # a colour scale beyond 16
+    before = rcParams["axes.prop_cycle"]
+    try:
+        install()
+        assert rcParams["axes.prop_cycle"].by_key()["color"] == PALETTE
+    finally:
+        rcParams["axes.prop_cycle"] = before
