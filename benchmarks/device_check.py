@@ -184,7 +184,8 @@ def run_tests(timeout: float, log_dir: Path) -> dict:
     except subprocess.TimeoutExpired as e:
         text, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
     log.write_text(text)
-    out = {"returncode": rc, "wall_s": round(time.perf_counter() - t0, 1), "tail": text[-3000:]}
+    # a run that timed out or failed is not ok, whatever it printed before
+    out = {"ok": rc == 0, "returncode": rc, "wall_s": round(time.perf_counter() - t0, 1), "tail": text[-3000:]}
     if junit.exists():
         suite = ET.parse(junit).getroot()
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
