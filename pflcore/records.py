@@ -62,12 +62,14 @@ class RecordError(ValueError):
 # ---------------------------------------------------------------------- provenance
 def git_state(start: Path | None = None) -> dict:
     """The git commit of the code that runs (the checkout pflcore is imported from) and
-    whether its tracked files have uncommitted changes; ``None`` where there is no git."""
+    whether that code (the package's tracked files) has uncommitted changes; ``None`` where
+    there is no git. Only the package is looked at: notebooks pass through a git filter
+    (nbstripout) that would cost a process per notebook, and a run's config is in its record."""
     where = Path(start or Path(__file__).resolve().parent)
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                                 timeout=10).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=where,
                                 capture_output=True, text=True, timeout=10)
         dirty = bool(status.stdout.strip()) if status.returncode == 0 and commit else None
     except (OSError, subprocess.SubprocessError):
