@@ -100,3 +100,40 @@ def advance(sim, rounds: int):
 def strip(history: list[dict]) -> list[dict]:
     """A run's per-round records without their timings (which differ between runs)."""
     return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+
+@pytest.fixture
+def one_thread():
+    """In-process runs with one thread, like each worker, so float results can match bit for bit."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def states_equal(a: dict, b: dict) -> bool:
+    """Two state dicts with the same keys and bit-identical tensors."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def noisy(model: dict, scale: float, seed: int) -> dict:
+    """A state dict with seeded Gaussian noise of ``scale`` on its float tensors."""
+    g = torch.Generator().manual_seed(seed)
+    return {k: v + scale * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
+            for k, v in model.items()}
+
+
+def assert_workers_give_the_in_process_numbers(make_config, method: str, params: dict) -> None:
+    """A method variant in two worker processes gives the in-process numbers bit for bit."""
+    from pflcore.engine import run
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)  # like each worker, so float results can match bit for bit
+    try:
+        here = run(make_config(method=method, method_params=params, workers=0, name="here"))
+        pooled = run(make_config(method=method, method_params=params, workers=2, name="pooled"))
+    finally:
+        torch.set_num_threads(saved)
+    assert (here.acc_history == pooled.acc_history).all()
+    assert strip(here.history) == strip(pooled.history)
+

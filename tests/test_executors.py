@@ -23,14 +23,6 @@ from pflcore.engine.jobs import EVALUATE, TRAIN, ClientJob, ClientResult
 from pflcore.engine.simulation import run
 
 
-@pytest.fixture
-def one_thread():
-    """In-process runs with one thread, like each worker, so float results can match bit for bit."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
 
 @pytest.mark.parametrize("method", sorted(ALGORITHMS))
 def test_two_workers_give_exactly_the_in_process_numbers(make_config, one_thread, method):

@@ -12,17 +12,8 @@ from pflcore.algorithms.fedfomo import validation_split
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import TRAIN_KEY
 
-from conftest import advance
-
-
-def equal(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-def noisy(model: dict, scale: float, seed: int) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {k: v + scale * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
-            for k, v in model.items()}
+from conftest import advance, noisy
+from conftest import states_equal as equal
 
 
 # ---------------------------------------------------------------------- FedFomo

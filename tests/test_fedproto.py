@@ -9,7 +9,7 @@ from pflcore.algorithms.fedproto import FedProto, average_prototypes, prototype_
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import TRAIN_KEY
 
-from conftest import advance, strip
+from conftest import advance, strip, assert_workers_give_the_in_process_numbers
 
 
 def simulation(make_config, **changes) -> Simulation:
@@ -133,12 +133,4 @@ def test_one_step_on_the_prototype_term_pulls_features_toward_the_prototypes(mak
 # ---------------------------------------------------------------------- the variants the registry tests skip
 @pytest.mark.parametrize("method, params", [("fedproto", {"prototypes": "local"})])
 def test_variants_in_two_workers_give_the_in_process_numbers(make_config, method, params):
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)  # like each worker, so float results can match bit for bit
-    try:
-        here = run(make_config(method=method, method_params=params, workers=0, name="here"))
-        pooled = run(make_config(method=method, method_params=params, workers=2, name="pooled"))
-    finally:
-        torch.set_num_threads(saved)
-    assert (here.acc_history == pooled.acc_history).all()
-    assert strip(here.history) == strip(pooled.history)
+    assert_workers_give_the_in_process_numbers(make_config, method, params)

@@ -10,7 +10,7 @@ from pflcore.algorithms.knn_per import KNNMixture, knn_probabilities, squared_di
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import EVAL_KEY, predict_correct
 
-from conftest import advance, strip
+from conftest import advance, strip, assert_workers_give_the_in_process_numbers
 
 
 def simulation(make_config, **changes) -> Simulation:
@@ -85,12 +85,4 @@ def test_knn_per_capacity_subsamples_deterministically(make_config):
 # ---------------------------------------------------------------------- the variants the registry tests skip
 @pytest.mark.parametrize("method, params", [("knn_per", {"capacity": 30, "k": 3, "mix": "logits"})])
 def test_variants_in_two_workers_give_the_in_process_numbers(make_config, method, params):
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)  # like each worker, so float results can match bit for bit
-    try:
-        here = run(make_config(method=method, method_params=params, workers=0, name="here"))
-        pooled = run(make_config(method=method, method_params=params, workers=2, name="pooled"))
-    finally:
-        torch.set_num_threads(saved)
-    assert (here.acc_history == pooled.acc_history).all()
-    assert strip(here.history) == strip(pooled.history)
+    assert_workers_give_the_in_process_numbers(make_config, method, params)

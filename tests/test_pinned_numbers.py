@@ -194,13 +194,6 @@ def _pins() -> dict:
     return json.loads(PINS.read_text())
 
 
-@pytest.fixture
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
 
 def test_every_registered_method_and_feature_run_is_pinned():
     assert sorted(_pins()["methods"]) == sorted(method_runs())
