@@ -206,8 +206,10 @@ def test_ctrl_c_says_where_the_run_resumes(tmp_path):
     args = ["run", "--method", "fedavg", "--dataset", "digits", "--set", "model=mlp", "--num-clients", "2",
             "--rounds", "100000", "--workers", "0", "--output-dir", "out", "--name", "long", "--quiet",
             "--set", "partition.kind=iid", "--set", "local_epochs=1", "--set", "checkpoint_every=2"]
-    # rounds enough that the run is still going when Ctrl-C arrives, however fast the machine
-    proc = _cli(*args, cwd=tmp_path)
+    # rounds enough that the run is still going when Ctrl-C arrives, however fast the machine; and
+    # Ctrl-C's default action in the run's process, as in a terminal (a test suite started in the
+    # background by a non-interactive shell inherits SIGINT ignored, and Python then keeps ignoring it)
+    proc = _cli(*args, cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         checkpoint = tmp_path / "out" / "long" / "checkpoint.pt"
         deadline = time.monotonic() + 120
