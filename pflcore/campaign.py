@@ -21,7 +21,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from . import records
 from .atomic import atomic_write_bytes

@@ -30,7 +30,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,9 +141,11 @@ def records_root(start: str | Path | None = None) -> Path | None:
         return None
 
 
-def record_name(config: Any) -> str:
-    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{config.method}-{config.dataset}")
-    return f"{label}-seed{config.seed}-{config.fingerprint()}.json"
+def record_name(record: dict) -> str:
+    """A record's file name: ``<method>-<dataset>-seed<k>-<fingerprint>.json`` (:func:`find`
+    looks records up by the fingerprint at its end)."""
+    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{record['config']['method']}-{record['config']['dataset']}")
+    return f"{label}-seed{record['seed']}-{record['fingerprint']}.json"
 
 
 def find(config: Any, root: str | Path | None = None) -> Path | None:
@@ -259,10 +260,7 @@ def write(record: dict, root: str | Path | None = None) -> Path:
     if root is None:
         raise RecordError("records live in reproductions/ of a pflcore project, and the working directory is not "
                           "inside one; pass root=.")
-    folder = root / (record["notebook"] or "unfiled")
-    config = record["config"]
-    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{config['method']}-{config['dataset']}")
-    path = folder / f"{label}-seed{record['seed']}-{record['fingerprint']}.json"
+    path = root / (record["notebook"] or "unfiled") / record_name(record)
     text = json.dumps(record, indent=None, separators=(",", ":"), sort_keys=False, allow_nan=False)
     atomic_write_bytes(path, (text + "\n").encode())
     return path
@@ -406,7 +404,3 @@ def _json_equal(a: Any, b: Any) -> bool:
 def folder_size(root: str | Path | None = None) -> int:
     root = Path(root) if root is not None else records_root()
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root and root.is_dir() else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use `pflcore record` or pflcore.records from Python")

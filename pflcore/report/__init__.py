@@ -10,15 +10,12 @@ Every number on a page comes from a record or from :mod:`pflcore.papers`; none i
 """
 from __future__ import annotations
 
-import html
-import json
 import math
 import shutil
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 
@@ -252,14 +249,6 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
 
 def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in str(text)).strip("-").lower()
-
-
-def escape(value: Any) -> str:
-    return html.escape(str(value))
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, indent=1, default=str)
 
 
 __all__ = ["Cell", "build", "cells_of", "first_place", "paired_t", "verdict"]

@@ -3,10 +3,9 @@ and the tables reproduced from records, each with its paper numbers, its evaluat
 protocol in words, the notebook that runs it and the paper's claim to check."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Callable
 
-import numpy as np
 
 from ..papers import display_name
 from ..papers.fedcp import FEDCP_TABLE2

@@ -7,7 +7,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import jinja2
 from markupsafe import Markup
@@ -151,8 +151,7 @@ def render_paper(page: Page, verdict: Callable) -> str:
 
 
 def render_index(catalogue: list, table_status: dict, found: list, seconds: float) -> str:
-    from .. import records
-    from .catalogue import PAPERS, TABLES
+    from .catalogue import TABLES
 
     comparable = {(t.paper, t.id): t.comparable for t in TABLES}
     rows = []
