@@ -68,8 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="build the reproduction report (static HTML) from the run records")
     report.add_argument("--out", default="outputs/report", help="folder for the site (default: outputs/report)")
-    report.add_argument("--no-notebooks", action="store_true",
-                        help="only the pages drawn from the records, without executing the paper notebooks")
+    drawn = report.add_mutually_exclusive_group()  # committed figures include the notebooks' own
+    drawn.add_argument("--no-notebooks", action="store_true",
+                       help="only the pages drawn from the records, without executing the paper notebooks")
+    drawn.add_argument("--figures", action="store_true",
+                       help="also replace the committed figures under figures/ by those drawn from the records, "
+                            "with figures/MANIFEST.json naming the records each one rests on")
     report.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -288,9 +292,12 @@ def _lab(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- pflcore report
 def _report(args: argparse.Namespace) -> int:
-    from .report import build
+    from .report import build, commit_figures
 
     index = build(args.out, execute=not args.no_notebooks)
+    if args.figures:
+        manifest = commit_figures(index.parent)
+        print(f"figures drawn from the records: {manifest.parent} (which records each rests on: {manifest})")
     print(f"open {index} in a browser")
     return 0
 

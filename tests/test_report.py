@@ -14,7 +14,7 @@ import pytest
 
 from browser import chrome, require_browser
 from pflcore import records
-from pflcore.report import Cell, build, cells_of, first_place, verdict
+from pflcore.report import FIGURES_FOLDER, MANIFEST, NOT_FROM_RECORDS, Cell, build, cells_of, commit_figures, first_place, verdict
 from pflcore.report.catalogue import CATALOGUE, TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,12 +105,55 @@ def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(
     finally:
         driver.quit()
         service.stop()
+    if shipped:  # the committed figures are exactly those the shipped records draw
+        drawn = json.loads((index.parent / "drawn.json").read_text())
+        committed = json.loads((ROOT / FIGURES_FOLDER / MANIFEST).read_text())
+        assert {e["as"]: e["records"] for e in drawn} == committed, \
+            "figures/ is not what the records draw: run `pflcore report --figures` and commit figures/"
     if shipped:  # the paper pages show the recorded runs, n and the paper's numbers
         notebooks = {r["notebook"] for _, r in shipped}
         for spec in TABLES:
             if spec.notebook in notebooks:
                 page = (index.parent / f"{spec.paper}.html").read_text()
                 assert spec.title in page and "Protocol." in page
+
+
+def test_every_committed_figure_is_drawn_from_committed_records():
+    folder = ROOT / FIGURES_FOLDER
+    manifest = json.loads((folder / MANIFEST).read_text())
+    pngs = {p.relative_to(folder).as_posix() for p in folder.rglob("*.png")
+            if p.relative_to(folder).parts[0] not in NOT_FROM_RECORDS}
+    assert pngs == set(manifest), "the figures under figures/ and figures/MANIFEST.json disagree"
+    for figure, used in manifest.items():
+        assert used, f"{figure} names no record"
+        for ref in used:
+            assert (ROOT / "reproductions" / ref).is_file(), f"{figure} rests on {ref}, which is not committed"
+    drawn_from = {ref for used in manifest.values() for ref in used}
+    tables = {spec.notebook for spec in TABLES}
+    for path, rec in records.all_records(ROOT / "reproductions"):
+        if rec["notebook"] in tables:
+            ref = path.relative_to(ROOT / "reproductions").as_posix()
+            assert ref in drawn_from, f"no committed figure draws {ref}: run `pflcore report --figures`"
+
+
+def test_commit_figures_replaces_the_drawn_figures_and_keeps_the_rest(tmp_path):
+    project = tmp_path / "project"
+    for folder in ("notebooks", "params", "figures/old/t1", "figures/smoke/x"):
+        (project / folder).mkdir(parents=True)
+    (project / "figures/old/t1/stale.png").write_bytes(b"stale")
+    (project / "figures/smoke/x/keep.png").write_bytes(b"smoke")
+    (project / "figures/README.md").write_text("readme")
+    out = tmp_path / "site"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "a.png").write_bytes(b"png")
+    (out / "drawn.json").write_text(json.dumps([{"figure": "figures/a.png", "as": "p/t1/c/seed_curves.png",
+                                                 "records": ["p/t1/r.json"]}]))
+    manifest = commit_figures(out, root=project)
+    assert json.loads(manifest.read_text()) == {"p/t1/c/seed_curves.png": ["p/t1/r.json"]}
+    assert (project / "figures/p/t1/c/seed_curves.png").read_bytes() == b"png"
+    assert not (project / "figures/old").exists(), "a figure no record draws stayed"
+    assert (project / "figures/smoke/x/keep.png").exists() and (project / "figures/README.md").exists()
+    assert not any(p.name.startswith(".") for p in (project).iterdir()), "the staging folder stayed"
 
 
 def test_close_rivals_are_compared_on_the_same_test_samples_per_seed():

@@ -10,6 +10,7 @@ Every number on a page comes from a record or from :mod:`pflcore.papers`; none i
 """
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import time
@@ -157,7 +158,8 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
           log=print) -> Path:
     """Build the site into ``out`` from the records under ``root/reproductions``; returns
     the path of ``index.html``. ``execute``: also run the paper notebooks from the records
-    (papermill) and include them as HTML."""
+    (papermill) and include them as HTML. ``<out>/drawn.json`` lists every figure drawn from
+    records with the records it rests on (what :func:`commit_figures` copies into ``figures/``)."""
     from ..analysis.record_figures import plot_seed_curves
     from .pages import Page, render_index, render_paper, render_records
 
@@ -171,6 +173,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
     log(f"report: {len(found)} records under {root / records.RECORDS_FOLDER}")
     pages: dict[str, Page] = {paper: Page(paper, PAPERS[paper]) for paper in PAPERS}
     table_status: dict[tuple[str, str], tuple[str, str]] = {}
+    drawn: list[dict] = []  # {"figure": path in out, "as": path under figures/, "records": [...]}
     for spec in TABLES:
         cells = cells_of(spec, found)
         figures = []
@@ -183,8 +186,10 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
                              title=f"{spec.title}\n{spec.column_title(column)}", ylabel=spec.curve_label)
             figures.append((f"figures/{name}", f"{spec.column_title(column)}: {spec.curve_label} over rounds, "
                                                 f"mean over the recorded seeds (band: lowest to highest seed)"))
+            drawn.append({"figure": f"figures/{name}", "as": f"{spec.notebook}/{_slug(column)}/seed_curves.png",
+                          "records": sorted(record_ref(r) for rs in runs.values() for r in rs)})
         claim = spec.claim(cells) if spec.claim else None
-        notebooks_html = execute_notebooks(spec, cells, root, out, log) if execute else []
+        notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn) if execute else []
         pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
     for page in pages.values():
@@ -196,6 +201,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
         shutil.copyfile(path, out / "records" / rel)
         hrefs[path] = f"records/{rel.as_posix()}"
     (out / "records.html").write_text(render_records(found, hrefs), encoding="utf-8")
+    (out / DRAWN).write_text(json.dumps(drawn, indent=1) + "\n", encoding="utf-8")
     index = out / "index.html"
     index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0), encoding="utf-8")
     log(f"report: {index} ({time.perf_counter() - t0:.0f} s)")
@@ -217,10 +223,11 @@ def _table_status(spec: TableSpec, cells: dict[tuple[str, str], Cell]) -> tuple[
 
 
 def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root: Path, out: Path,
-                      log) -> list[tuple[str, str]]:
+                      log, drawn: list[dict] | None = None) -> list[tuple[str, str]]:
     """Run the table's notebook at the paper preset, narrowed to what is recorded (one
     execution per column, first recorded seed), reading every run from its record; each
-    executed copy becomes an HTML page. Returns (href, caption) pairs."""
+    executed copy becomes an HTML page. Returns (href, caption) pairs; the figures the
+    notebook saved are appended to ``drawn`` with the records they rest on."""
     from ..notebooks import run_notebooks
     from .pages import notebook_html
 
@@ -231,8 +238,8 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
             continue
         seed = min(min(cells[(column, m)].seeds()) for m in recorded)
         methods = [m for m in recorded if seed in cells[(column, m)].seeds()]
-        overrides = {**spec.narrow(column, methods, seed), "quiet": True,
-                     "figures_dir": str(out / "notebook-figures" / spec.notebook / _slug(column))}
+        figures_dir = out / "notebook-figures" / spec.notebook / _slug(column)
+        overrides = {**spec.narrow(column, methods, seed), "quiet": True, "figures_dir": str(figures_dir)}
         target = out / "notebooks"
         [ran] = run_notebooks("paper", target, only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
                               overrides=overrides, log=lambda *a, **k: None)
@@ -241,14 +248,60 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
             log(f"report: {spec.notebook} ({column}) failed: {ran.error}")
             continue
         (out / name).write_text(notebook_html(Path(ran.output)), encoding="utf-8")
+        used = sorted(record_ref(r) for m in methods for r in cells[(column, m)].runs if r["seed"] == seed)
+        for png in sorted(figures_dir.rglob("*.png")) if drawn is not None else ():
+            drawn.append({"figure": png.relative_to(out).as_posix(),
+                          "as": f"{spec.notebook}/{_slug(column)}/{png.relative_to(figures_dir).as_posix()}",
+                          "records": used})
         pages.append((name, f"{spec.notebook} at the paper preset, {spec.column_title(column)}, seed {seed}, "
                             f"{len(methods)} recorded method(s), read from their records"))
         log(f"report: executed {spec.notebook} ({column}) from records in {ran.seconds:.0f} s")
     return pages
 
 
+def record_ref(record: dict) -> str:
+    """A record's path under ``reproductions/``: ``<notebook>/<record file name>``."""
+    return f"{record['notebook']}/{records.record_name(record)}"
+
+
+# ---------------------------------------------------------------------- committed figures
+#: The list of figures a build drew from records (in the build's folder).
+DRAWN = "drawn.json"
+#: The committed figures' folder, and its list of which records each figure rests on.
+FIGURES_FOLDER = "figures"
+MANIFEST = "MANIFEST.json"
+#: Folders under ``figures/`` that are not drawn from records (smoke and walkthrough runs, not committed).
+NOT_FROM_RECORDS = ("smoke", "teaching")
+
+
+def commit_figures(out: str | Path, root: str | Path | None = None) -> Path:
+    """Replace the figures under ``figures/`` by those a build in ``out`` drew from the
+    records, and write ``figures/MANIFEST.json`` (figure -> the records it is drawn from),
+    so that every committed figure traces to committed records. Returns the manifest."""
+    root = project_root(root)
+    drawn = json.loads((Path(out) / DRAWN).read_text(encoding="utf-8"))
+    target = root / FIGURES_FOLDER
+    staging = target.with_name(f".{FIGURES_FOLDER}-staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    for entry in drawn:
+        dest = staging / entry["as"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(out) / entry["figure"], dest)
+    manifest = {entry["as"]: entry["records"] for entry in sorted(drawn, key=lambda e: e["as"])}
+    staging.mkdir(exist_ok=True)
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    for old in target.iterdir() if target.is_dir() else ():
+        if old.name not in NOT_FROM_RECORDS and old.name != "README.md":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    target.mkdir(exist_ok=True)
+    for new in staging.iterdir():
+        new.rename(target / new.name)
+    staging.rmdir()
+    return target / MANIFEST
+
+
 def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in str(text)).strip("-").lower()
 
 
-__all__ = ["Cell", "build", "cells_of", "first_place", "paired_t", "verdict"]
+__all__ = ["Cell", "build", "cells_of", "commit_figures", "first_place", "paired_t", "verdict"]
