@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import records
+from . import records, report
 from .atomic import atomic_write_bytes
 from .project import project_root
 
@@ -159,17 +159,40 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         log(f"campaign: {entry.key} done in {time.time() - t0:.0f} s -> {', '.join(written) or 'no record'}",
             flush=True)
         if commit and written:
-            files = [*written, str(path.relative_to(home))]
-            for attempt in range(30):  # another commit in progress holds git's index lock: wait for it
-                added = subprocess.run(["git", "add", "--", *files], cwd=home, capture_output=True, text=True)
-                done = added.returncode == 0 and subprocess.run(
-                    ["git", "commit", "-q", "-m", f"Record: {entry.key}", "--", *files], cwd=home,
-                    capture_output=True, text=True).returncode == 0
-                if done:
-                    break
-                time.sleep(2)
-            else:
-                log(f"campaign: could not commit {', '.join(files)} in {home}; commit them by hand.")
+            _commit(home, [*written, str(path.relative_to(home))], f"Record: {entry.key}", log)
+        if written:
+            redraw_figures(root, home, out, log)
+            if commit:
+                _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
+
+
+def redraw_figures(root: Path, home: Path, out: Path, log=print) -> None:
+    """Redraw ``home``'s committed figures from all of its records (``pflcore report
+    --figures``), with the campaign's own code and notebooks in ``root``."""
+    if home != root:  # every record of home, so that the figures draw them all
+        for path in (home / records.RECORDS_FOLDER).rglob("*.json"):
+            rel = path.relative_to(home)
+            if not (root / rel).exists() or (root / rel).read_bytes() != path.read_bytes():
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(root / rel, path.read_bytes())
+    index = report.build(out / "report", root=root, log=lambda *a, **k: None)
+    report.commit_figures(index.parent, root=home)
+    log(f"campaign: figures redrawn from {len(records.all_records(home / records.RECORDS_FOLDER))} records", flush=True)
+
+
+def _commit(home: Path, files: list[str], message: str, log=print) -> None:
+    """``git add -A`` and commit just ``files`` in ``home``, waiting out another commit's index lock."""
+    for attempt in range(30):
+        added = subprocess.run(["git", "add", "-A", "--", *files], cwd=home, capture_output=True, text=True)
+        if added.returncode == 0 and subprocess.run(["git", "diff", "--cached", "--quiet", "--", *files],
+                                                    cwd=home).returncode == 0:
+            return  # nothing changed
+        done = added.returncode == 0 and subprocess.run(
+            ["git", "commit", "-q", "-m", message, "--", *files], cwd=home, capture_output=True, text=True).returncode == 0
+        if done:
+            return
+        time.sleep(2)
+    log(f"campaign: could not commit {', '.join(files)} in {home}; commit them by hand.")
 
 
 def current_plan_counts(plan: dict) -> dict:

@@ -55,3 +55,29 @@ def test_the_plan_is_recomputed_from_the_campaign_and_keeps_what_is_done(tmp_pat
     assert plan["done"] == 1 and plan["remaining"] == len(campaign.CAMPAIGN) - 1
     assert plan["runs"][0]["records"] == ["reproductions/x.json"]
     assert plan["remaining_estimate_s"] == sum(e.estimate_s for e in campaign.CAMPAIGN[1:])
+
+
+def test_a_commit_takes_added_and_removed_figures_and_nothing_else(tmp_path):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (tmp_path / "figures" / "old").mkdir(parents=True)
+    (tmp_path / "figures" / "old" / "a.png").write_bytes(b"a")
+    (tmp_path / "other.txt").write_text("x")
+    git("add", "-A")
+    git("commit", "-q", "-m", "start")
+    (tmp_path / "figures" / "old" / "a.png").unlink()
+    (tmp_path / "figures" / "new").mkdir()
+    (tmp_path / "figures" / "new" / "b.png").write_bytes(b"b")
+    (tmp_path / "other.txt").write_text("changed by someone else")
+    campaign._commit(tmp_path, ["figures"], "Figures: redrawn", log=lambda *a, **k: None)
+    assert git("log", "--format=%s") == "Figures: redrawn\nstart\n"
+    assert git("ls-files", "figures").split() == ["figures/new/b.png"]
+    assert git("status", "--short") == " M other.txt\n", "the commit swept another file"
+    campaign._commit(tmp_path, ["figures"], "again", log=lambda *a, **k: None)  # nothing changed: no commit
+    assert git("log", "--format=%s").count("\n") == 2
