@@ -34,9 +34,15 @@ validation runs, :func:`fedfa_validation_config`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+import torch.nn.functional as F
+
+from ..analysis import seeds_table
 from ..config import ExperimentConfig
+from ..data.sources.multidomain import MEMBERS
+from ..engine import RunResult, Simulation, build_data
 from . import split_label
 
 #: The seeds of the paper's three trials (the authors' code).
@@ -63,12 +69,15 @@ FEDFA_METHOD_PARAMS: dict[str, dict[str, Any]] = {
 }
 
 
-def fedfa_config(method: str, dataset: str = "fmnist", setting: str = "c2", **changes: Any) -> ExperimentConfig:
+def fedfa_config(method: str, dataset: str = "fmnist", setting: str = "c2", *, subsample: float = 1.0,
+                 **changes: Any) -> ExperimentConfig:
     """A run in FedFA's setting (Table 2) for ``dataset`` (``fmnist`` or ``cifar10``; others
     need ``model=``) and label-skew ``setting`` (``"c2"``, ``"dir0.1"``, ``"dir0.5"``,
     ``"iid"``), with the method's hyperparameters as FedFA chose them. ``method`` may be a
     table row's label such as ``"fedfa anchor_momentum=0.9"``: its settings are added to
-    the method's. ``changes`` override any field (``seed``: one of :data:`FEDFA_SEEDS`)."""
+    the method's. ``subsample`` < 1 keeps that fraction of the setting's partition (smoke
+    runs; every notebook of Table 2's setting shares its finished runs so). ``changes``
+    override any field (``seed``: one of :data:`FEDFA_SEEDS`)."""
     if setting not in FEDFA_PARTITIONS:
         raise ValueError(f"setting must be one of {sorted(FEDFA_PARTITIONS)}, got {setting!r}.")
     if dataset not in ("fmnist", "cifar10") and "model" not in changes:
@@ -80,6 +89,8 @@ def fedfa_config(method: str, dataset: str = "fmnist", setting: str = "c2", **ch
         local_epochs=5, batch_size=64, lr=0.01, lr_decay=0.99, momentum=0.9 if dataset == "cifar100" else 0.0,
         weight_decay=1e-3, eval_every=10, seed=FEDFA_SEEDS[0], partition=dict(FEDFA_PARTITIONS[setting]),
     )
+    if subsample < 1:
+        values["partition"]["subsample"] = subsample
     given = changes.pop("method_params", None)
     defaults = dict(FEDFA_METHOD_PARAMS.get(method, {}))
     if method == "moon" and dataset == "cifar10":
@@ -103,6 +114,156 @@ def fedfa_validation_config(method: str, samples_per_client: int = 1000, **chang
     changes = {"num_clients": 10, "participation": 1.0, "rounds": 15, "local_epochs": 10, "eval_every": 1,
                "partition": partition, **changes}
     return fedfa_config(method, "fmnist", "c2", **changes)
+
+
+#: Where a notebook runs Table 1 on a single-domain dataset: five groups of clients, each
+#: group's images rotated by one of these angles, stand in for Mixed Digits' five datasets.
+ROTATION_DOMAINS = tuple(f"{a} deg" for a in range(0, 360, 72))
+
+
+def feature_skew_domains(dataset: str) -> list[str]:
+    """Table 1's domains on ``dataset``: a multi-domain dataset's members (Mixed Digits'
+    five), or for any other dataset the rotations of :data:`ROTATION_DOMAINS`."""
+    return list(MEMBERS[dataset]) if dataset in MEMBERS else list(ROTATION_DOMAINS)
+
+
+def fedfa_feature_skew_config(method: str, dataset: str, setting: str, *, clients_per_domain: int,
+                              subsample: float = 1.0, data_root: str | None = None, **changes: Any) -> ExperimentConfig:
+    """Table 1's run (and Table 3's Mixed Digits columns): ``clients_per_domain`` clients per
+    domain of :func:`feature_skew_domains`. ``setting``: ``"feature"`` feature skew alone;
+    ``"c2"``, ``"dir0.1"``, ``"dir0.5"`` label skew on top (on Mixed Digits the Dirichlet ones
+    within each dataset); ``"iid"`` no skew. On a single-domain dataset each group of clients
+    sees its images rotated (the stand-in). ``changes`` as :func:`fedfa_config`."""
+    multi_domain = dataset in MEMBERS
+    domains = feature_skew_domains(dataset)
+    if setting == "iid":
+        partition: dict[str, Any] = {"kind": "iid"}
+    elif multi_domain:
+        partition = {"kind": "domains", "clients_per_domain": clients_per_domain}
+        if setting != "feature":
+            partition["alpha"] = float(setting.removeprefix("dir"))
+    else:
+        partition = dict(FEDFA_PARTITIONS["iid" if setting == "feature" else setting])
+    if subsample < 1:
+        partition["subsample"] = subsample
+    extra: dict[str, Any] = {"model": "fedfa_cnn", "data_root": data_root} if multi_domain else {}
+    if not multi_domain and setting != "iid":  # the stand-in's domains: one rotation per group of clients
+        extra["shift"] = {"kind": "rotation", "groups": len(domains)}
+    return fedfa_config(method, dataset, "iid", num_clients=clients_per_domain * len(domains), partition=partition,
+                        **changes, **extra)
+
+
+def domain_accuracy(result: RunResult, setting: str, clients_per_domain: int) -> np.ndarray:
+    """The global model's accuracy (%) on each domain's test data of a
+    :func:`fedfa_feature_skew_config` run: its clients' accuracies weighted by their test
+    sizes (NaN without skew, where every client holds several domains)."""
+    domains = feature_skew_domains(result.config.dataset)
+    if setting == "iid":
+        return np.full(len(domains), np.nan)
+    acc = np.asarray(result.client_acc, dtype=float)
+    sizes = np.asarray(result.clients["test_sizes"], dtype=float)
+    clients = np.arange(acc.size)
+    domain = clients // clients_per_domain if result.config.dataset in MEMBERS else clients % len(domains)
+    out = np.full(len(domains), np.nan)
+    for d in range(len(domains)):
+        keep = (domain == d) & np.isfinite(acc) & (sizes > 0)
+        if keep.any():
+            out[d] = 100 * np.average(acc[keep], weights=sizes[keep])
+    return out
+
+
+def feature_skew_score(result: RunResult, setting: str, clients_per_domain: int) -> float:
+    """Our number for Table 1's (and Table 3's Mixed Digits'): the mean over the domains of
+    :func:`domain_accuracy` (``acc_weighted`` without skew)."""
+    if setting == "iid":
+        return result.summary["acc_weighted"]
+    return float(domain_accuracy(result, setting, clients_per_domain).mean())
+
+
+def feature_skew_table(runs: Mapping[str, Sequence[RunResult]], setting: str, clients_per_domain: int):
+    """Table 1's column ``"digits <setting>"`` beside ours (method -> one result per seed): the
+    pooled accuracy, the mean over domains (:func:`feature_skew_score`) with its std over the
+    seeds, the paper's std and the difference."""
+    column = f"digits {setting}"
+    t = seeds_table(runs, paper=FEDFA_TABLE1[column], metric="acc_weighted")
+    per_seed = {m: [feature_skew_score(r, setting, clients_per_domain) for r in rs] for m, rs in runs.items()}
+    t.insert(0, "domain_mean", [np.mean(per_seed[m]) if m in per_seed else np.nan for m in t.index])
+    t.insert(1, "domain_mean_std", [np.std(per_seed[m]) if m in per_seed else np.nan for m in t.index])
+    if setting == "iid":
+        t[["domain_mean", "domain_mean_std"]] = np.nan
+    t["paper_std"] = [FEDFA_TABLE1_STD[column].get(m, np.nan) for m in t.index]
+    t["diff"] = (t["acc_weighted"] if setting == "iid" else t["domain_mean"]) - t["paper"]
+    return t
+
+
+def table2_paper_column(setting: str, labels: Iterable[str]) -> dict[str, float]:
+    """Table 2's column for ``setting``, with the paper's number also under each of ``labels``
+    that is a ``variant=fedfa_code`` row (what FedFA's code ran as that method)."""
+    paper = dict(FEDFA_TABLE2.get(setting, {}))
+    for label in labels:
+        method, params = split_label(label)
+        if params == {"variant": "fedfa_code"} and method in paper:
+            paper[label] = paper[method]
+    return paper
+
+
+def momentum_label(m: float) -> str:
+    """Table 6's row label of anchor momentum ``m`` (:data:`FEDFA_TABLE6`'s keys write m with
+    one decimal)."""
+    return f"fedfa anchor_momentum={m:.1f}" if round(m, 1) == m else f"fedfa anchor_momentum={m}"
+
+
+def anchor_movement(result: RunResult, data_by_seed: dict) -> dict[str, float]:
+    """Tables 6 and 7: how far a FedFA run's anchors moved, from those it started with to its
+    final ones (mean over classes), their norms and cosine to the start. ``data_by_seed``
+    keeps each seed's federated data between calls (runs of one seed share it)."""
+    cfg = result.config.replace(workers=0)
+    if cfg.seed not in data_by_seed:
+        data_by_seed[cfg.seed] = build_data(cfg)
+    sim = Simulation(cfg, data_by_seed[cfg.seed])  # the run's initial server state
+    start = sim.state["anchors"].float().cpu()
+    sim.restore(result.final_state())
+    end = sim.state["anchors"].float().cpu()
+    sim.close()
+    return {"moved": float((end - start).norm(dim=1).mean()), "start_norm": float(start.norm(dim=1).mean()),
+            "final_norm": float(end.norm(dim=1).mean()),
+            "cosine_to_start": float(F.cosine_similarity(end, start, dim=1).mean())}
+
+
+def zoom_rounds(ax, last: int) -> None:
+    """Show rounds 1..``last`` of a curve plot, the y axis fitted to what is shown."""
+    ys = [y for line in ax.get_lines() for x, y in zip(line.get_xdata(), line.get_ydata()) if x <= last]
+    ax.set_xlim(0.5, last + 0.5)
+    if ys:
+        pad = 0.05 * ((max(ys) - min(ys)) or 1.0)
+        ax.set_ylim(min(ys) - pad, max(ys) + pad)
+
+
+def window_mean(result: RunResult, key: str, first: int, last: int) -> float:
+    """Figure 4: the mean of a per-round statistic over rounds ``first``..``last``."""
+    r, v = result.curve(key)
+    keep = (r >= first) & (r <= last)
+    return float(v[keep].mean()) if keep.any() else float("nan")
+
+
+def rounds_to_target(result: RunResult, target: float, key: str = "acc_weighted") -> tuple[float, float]:
+    """Table 8: the first evaluated round whose ``key`` reaches ``target``, and the value
+    there (NaN, NaN if none)."""
+    r, v = result.curve(key)
+    hit = np.flatnonzero(v >= target)
+    return (int(r[hit[0]]), float(v[hit[0]])) if hit.size else (np.nan, np.nan)
+
+
+def mean_reached(pairs: Sequence[tuple[float, float]], i: int) -> float:
+    """The mean of item ``i`` of :func:`rounds_to_target`'s pairs over the seeds that reach
+    the target (NaN if none does)."""
+    hits = [p[i] for p in pairs if np.isfinite(p[0])]
+    return float(np.mean(hits)) if hits else np.nan
+
+
+def final_mean(runs: Sequence[RunResult], key: str) -> float:
+    """The mean over seeds of the runs' final ``key`` (NaN without runs)."""
+    return float(np.mean([r.summary[key] for r in runs])) if runs else np.nan
 
 
 # --------------------------------------------------------------------- reported numbers
@@ -246,4 +407,6 @@ __all__ = ["FEDFA_F2", "FEDFA_METHOD_PARAMS", "FEDFA_PARTITIONS", "FEDFA_SEEDS",
            "FEDFA_TABLE1_STD", "FEDFA_TABLE2", "FEDFA_TABLE2_STD", "FEDFA_TABLE3", "FEDFA_TABLE3_DIGITS",
            "FEDFA_TABLE5", "FEDFA_TABLE6", "FEDFA_TABLE7", "FEDFA_TABLE8",
            "FEDFA_TABLE8_NO_SKEW", "FEDFA_TABLE8_TARGET",
-           "fedfa_config", "fedfa_validation_config"]
+           "ROTATION_DOMAINS", "anchor_movement", "domain_accuracy", "fedfa_config", "fedfa_feature_skew_config",
+           "fedfa_validation_config", "feature_skew_domains", "feature_skew_score", "feature_skew_table", "final_mean",
+           "mean_reached", "momentum_label", "rounds_to_target", "table2_paper_column", "window_mean", "zoom_rounds"]
