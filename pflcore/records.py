@@ -11,8 +11,10 @@ weighted), and the per-round arrays a notebook's figures draw (kept at round 1 a
 every evaluated round). No model state is kept.
 
 The format is described field by field in ``reproductions/SCHEMA.md`` and carries
-:data:`SCHEMA_VERSION`; a record of another version or of another program is refused with
-one sentence naming the file. Records are written atomically and validated when read.
+:data:`SCHEMA_VERSION`. Every accuracy in a record is in percent; a version-1 record (per-client
+accuracies as fractions) is read into the current version (:func:`upgrade`), and a record of
+another version or of another program is refused with one sentence naming the file. Records
+are written atomically and validated when read.
 
 A paper notebook at its ``paper`` preset calls :func:`pflcore.engine.run` as usual; when
 a record of that exact config exists, ``run`` returns it instead of training (and prints
@@ -42,7 +44,8 @@ from .atomic import atomic_write_bytes
 from .project import project_root
 
 SCHEMA = "pflcore-run-record"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: per-client accuracies in percent (1: fractions)
+READABLE_VERSIONS = (1, 2)
 RECORDS_FOLDER = "reproductions"
 TRAIN_ENV = "PFLCORE_TRAIN"  # "1": train even where a record exists
 MAX_RECORD_BYTES = 8 * 2**20  # a record is small; a larger file is not one of ours
@@ -52,6 +55,9 @@ REQUIRED = {"schema": str, "schema_version": int, "notebook": (str, type(None)),
             "seed": int, "config": dict, "provenance": dict, "summary": dict, "history": list,
             "clients": dict, "arrays": dict, "notes": list}
 CLIENT_ARRAYS = ("final", "best", "history", "eval_rounds", "train_sizes", "test_sizes", "new_final")
+#: The per-client arrays that hold accuracies (percent; fractions in version 1 and in results
+#: folders written before pflcore kept them in percent).
+ACCURACY_ARRAYS = ("final", "best", "history", "new_final")
 
 
 class RecordError(ValueError):
@@ -277,17 +283,38 @@ def read(path: str | Path) -> dict:
         record = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise RecordError(f"{path} is not a pflcore run record (not valid JSON).") from None
-    validate(record, path)
-    return record
+    validate(record, path, READABLE_VERSIONS)
+    return upgrade(record)
 
 
-def validate(record: Any, path: Path) -> None:
+def upgrade(record: dict) -> dict:
+    """A valid record of an earlier schema version in the current one: the one place where
+    version 1's per-client accuracies (fractions) become percent, 100 times each value
+    (exactly the numbers a run of this pflcore gives). ``upgraded_from`` keeps the file's
+    version; a current record is returned as it is."""
+    if record["schema_version"] == SCHEMA_VERSION:
+        return record
+    clients = {k: (percent(v) if k in ACCURACY_ARRAYS else v) for k, v in record["clients"].items()}
+    return {**record, "schema_version": SCHEMA_VERSION, "upgraded_from": record["schema_version"],
+            "clients": clients}
+
+
+def percent(values: Any) -> Any:
+    """Fractions (a number, None for NaN, or nested lists of them) as percent, 100 times each."""
+    if isinstance(values, list):
+        return [percent(v) for v in values]
+    return None if values is None else 100 * float(values)
+
+
+def validate(record: Any, path: Path, versions: tuple[int, ...] = (SCHEMA_VERSION,)) -> None:
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise RecordError(f"{path} is not a pflcore run record (no 'schema': {SCHEMA!r}).")
     version = record.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise RecordError(f"{path} is a run record of schema version {version!r}, and this pflcore reads version "
-                          f"{SCHEMA_VERSION}; rerun it or read it with the pflcore that wrote it.")
+    if version not in versions:
+        readable = " and ".join(str(v) for v in versions)
+        raise RecordError(f"{path} is a run record of schema version {version!r}, and this pflcore reads "
+                          f"version{'s' if len(versions) > 1 else ''} {readable}; rerun it or read it with the "
+                          "pflcore that wrote it.")
     for key, kind in REQUIRED.items():
         if not isinstance(record.get(key), kind):
             raise RecordError(f"{path} is a damaged run record: field {key!r} is missing or not a "

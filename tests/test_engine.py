@@ -71,17 +71,78 @@ def test_results_never_silently_overwritten(make_config):
 
 
 def test_summary_statistics_match_client_arrays(make_config):
+    """Every accuracy in percent: the summary's, ``client_acc``'s, ``acc_history``'s and the files'."""
     result = run(make_config(rounds=2))
     acc = result.client_acc
-    sizes = np.load(result.path / "clients.npz")["test_sizes"]
-    assert result.summary["acc_mean"] == pytest.approx(100 * acc.mean())
-    assert result.summary["acc_std"] == pytest.approx(100 * acc.std())
-    assert result.summary["acc_weighted"] == pytest.approx(100 * (acc * sizes).sum() / sizes.sum())
+    stored = np.load(result.path / "clients.npz")
+    sizes = stored["test_sizes"]
+    np.testing.assert_array_equal(stored["final"], acc)
+    np.testing.assert_array_equal(stored["history"], result.acc_history)
+    assert acc.max() > 1 and result.summary["accuracy_unit"] == "percent"
+    assert result.summary["acc_mean"] == pytest.approx(acc.mean())
+    assert result.summary["acc_std"] == pytest.approx(acc.std())
+    assert result.summary["acc_weighted"] == pytest.approx((acc * sizes).sum() / sizes.sum())
     assert result.summary["best_acc_mean"] == pytest.approx(max(h["acc_mean"] for h in result.history))
     # the best round's pooled accuracy (FedCP's metric), from the per-client arrays
-    pooled = 100 * (result.acc_history * sizes).sum(1) / sizes.sum()
+    pooled = (result.acc_history * sizes).sum(1) / sizes.sum()
     assert result.summary["best_acc_weighted"] == pytest.approx(pooled.max())
     assert result.summary["best_weighted_round"] == result.eval_rounds[int(pooled.argmax())]
+
+
+def as_fractions(percent, test_sizes) -> np.ndarray:
+    """Per-client accuracies as pflcore wrote them before they were in percent: correct count
+    over test size (the count recovered from the percent, so the fraction is the old one)."""
+    return np.round(np.asarray(percent, dtype=np.float64) * test_sizes / 100) / test_sizes
+
+
+def test_a_results_folder_written_in_fractions_reads_in_percent(make_config):
+    """Folders written before accuracies were in percent (no ``accuracy_unit`` in summary.json,
+    fractions in clients.npz) load as percent, exactly the numbers a run now gives."""
+    result = run(make_config(method="fedavg", rounds=2, num_clients=6, new_clients=0.34))
+    sizes = result.clients["test_sizes"]
+    old = {k: (as_fractions(v, sizes) if k in ("final", "best", "history", "new_final") else v)
+           for k, v in result.clients.items()}
+    assert np.nanmax(old["final"]) <= 1 and "new_final" in old
+    np.savez_compressed(result.path / "clients.npz", **old)
+    summary = json.loads((result.path / "summary.json").read_text())
+    del summary["accuracy_unit"]
+    (result.path / "summary.json").write_text(json.dumps(summary))
+    for loaded in (RunResult.load(result.path), run(result.config)):
+        np.testing.assert_array_equal(loaded.client_acc, result.client_acc)
+        np.testing.assert_array_equal(loaded.acc_history, result.acc_history)
+        for key in ("final", "best", "history", "new_final"):
+            np.testing.assert_array_equal(loaded.clients[key], result.clients[key])
+        assert loaded.summary["acc_mean"] == result.summary["acc_mean"]
+        assert loaded.summary["accuracy_unit"] == "percent"
+    summary["accuracy_unit"] = "permille"
+    (result.path / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="accuracy_unit 'permille'"):
+        RunResult.load(result.path)
+
+
+def test_a_checkpoint_written_in_fractions_resumes_in_percent(make_config):
+    """A run interrupted before accuracies were in percent resumes with exactly the numbers of
+    an uninterrupted run now."""
+    full = run(make_config(rounds=4, name="full"))
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_round_2(round_number, record):
+        if round_number == 2:
+            raise Killed
+
+    cfg = make_config(rounds=4, name="killed", checkpoint_every=2)
+    with pytest.raises(Killed):
+        run(cfg, on_round_end=kill_after_round_2)
+    path = full.path.parent / "killed" / "checkpoint.pt"
+    ckpt = torch.load(path, weights_only=True)
+    assert ckpt.pop("accuracy_unit") == "percent"
+    ckpt["acc_history"] = as_fractions(ckpt["acc_history"], full.clients["test_sizes"]).tolist()
+    torch.save(ckpt, path)
+    resumed = run(cfg)
+    np.testing.assert_array_equal(resumed.acc_history, full.acc_history)
+    assert strip(resumed.history) == strip(full.history)
 
 
 def test_eval_every_and_always_at_end(make_config):

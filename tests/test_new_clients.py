@@ -64,7 +64,8 @@ def test_new_clients_never_train_and_are_scored_only_at_the_end(make_config):
     new = np.load(result.path / "clients.npz")["new_final"]
     assert not np.isnan(new[held]).any() and np.isnan(np.delete(new, held)).all()
     assert result.summary["new_clients"] == 3
-    np.testing.assert_allclose(result.summary["new_acc_mean"], 100 * new[held].mean())
+    np.testing.assert_allclose(result.summary["new_acc_mean"], new[held].mean())  # both in percent
+    np.testing.assert_array_equal(result.clients["new_final"], new)
 
 
 def test_a_global_methods_new_client_uses_the_global_model_as_it_is(make_config):

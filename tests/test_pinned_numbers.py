@@ -5,7 +5,9 @@ Records of finished runs are keyed by config fingerprint, so a change that moves
 method's numbers for the same config (or any paper config's fingerprint) would make a
 shipped record lie. The pins were generated from the code before the engine refactor of
 issue 31 and must never change; regenerate them only for a change that is meant to move
-numbers, in its own commit, with the reason in the message::
+numbers, in its own commit, with the reason in the message (once so far: per-client
+accuracies became percent, issue 32, every accuracy array exactly 100 times the one before,
+per-round records and final states unchanged)::
 
     OMP_NUM_THREADS=1 python tests/test_pinned_numbers.py --write
 

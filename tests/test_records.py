@@ -46,7 +46,8 @@ def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, mak
     sizes = np.asarray(record["clients"]["test_sizes"])
     assert hits.size == sizes.sum()
     per_client = np.split(hits, np.cumsum(sizes)[:-1])
-    np.testing.assert_array_equal([h.mean() for h in per_client], result.client_acc)
+    np.testing.assert_array_equal([100 * h.mean() for h in per_client], result.client_acc)  # percent
+    np.testing.assert_array_equal(records.floats(record["clients"]["history"]), result.acc_history)
     # summary.json of the run carries the same provenance
     summary = json.loads((result.path / "summary.json").read_text())
     assert summary["provenance"]["git_commit"] == prov["git_commit"]
@@ -120,6 +121,53 @@ def test_an_older_foreign_or_damaged_record_is_refused_naming_the_file(project, 
     path.write_text("{not json")
     with pytest.raises(records.RecordError, match="not valid JSON"):
         records.read(path)
+
+
+def test_a_version_1_record_reads_in_percent_as_the_same_run_gives_now(project, make_config):
+    """Version 1 kept per-client accuracies as fractions: read, they are percent, equal bit for
+    bit to the arrays of the same run now, and the run is still identical to the record."""
+    config = make_config(num_clients=6, new_clients=0.34, rounds=2)
+    with records.recording("paper_x/t1"):
+        result = run(config)
+    path = records.find(config)
+    current = json.loads(path.read_text())
+    assert current["schema_version"] == 2 == records.SCHEMA_VERSION
+    sizes = np.asarray(current["clients"]["test_sizes"])
+    v1 = json.loads(path.read_text())
+    v1["schema_version"] = 1
+    del v1["summary"]["accuracy_unit"]
+    for key in ("final", "best", "history", "new_final"):  # correct count / test size, as version 1 wrote them
+        fractions = np.round(records.floats(v1["clients"][key]) * sizes / 100) / sizes
+        v1["clients"][key] = [None if np.isnan(v) else v for v in fractions.tolist()] if fractions.ndim == 1 else \
+            [[None if np.isnan(v) else v for v in row] for row in fractions.tolist()]
+    assert max(v for v in v1["clients"]["final"] if v is not None) <= 1
+    path.write_text(json.dumps(v1))
+    read = records.read(path)
+    assert read["schema_version"] == 2 and read["upgraded_from"] == 1
+    assert read["clients"] == current["clients"]  # None (NaN) where it was, every value 100 x the fraction
+    loaded = RunResult.from_record(read, config, path)
+    np.testing.assert_array_equal(loaded.client_acc, result.client_acc)
+    np.testing.assert_array_equal(loaded.acc_history, result.acc_history)
+    np.testing.assert_array_equal(loaded.clients["new_final"], result.clients["new_final"])
+    assert records.compare(result, path)["identical"]
+    hits = records.unpack_correct(read)  # the per-sample hits are the same in both versions
+    assert hits is not None and hits.size == sizes[~np.isnan(result.client_acc)].sum()
+
+
+def test_the_shipped_version_1_records_read_in_percent():
+    """The committed records of version 1 stay as written and read as 100 x their fractions."""
+    root = Path(__file__).resolve().parents[1] / "reproductions"
+    v1 = [p for p in sorted(root.rglob("*.json")) if p.name != "plan.json"
+          and json.loads(p.read_text()).get("schema_version") == 1]
+    if not v1:
+        pytest.skip("no version-1 record is committed")
+    for path in v1[:3]:
+        raw, read = json.loads(path.read_text()), records.read(path)
+        for key in ("final", "history"):
+            np.testing.assert_array_equal(records.floats(read["clients"][key]), 100 * records.floats(raw["clients"][key]))
+        final = records.floats(read["clients"]["final"])
+        assert np.nanmax(final) > 1 and np.nanmax(final) <= 100
+        assert RunResult.from_record(read).acc_mean == raw["summary"]["acc_mean"]
 
 
 def test_outside_the_paper_preset_nothing_is_recorded(project, make_config):

@@ -46,7 +46,7 @@ def test_client_predictions_agree_with_the_scored_accuracy(make_config, method):
         predicted = client_predictions(result, client)
         labels = sim.data.test[client].y.numpy()
         assert predicted.shape == labels.shape
-        assert (predicted == labels).mean() == pytest.approx(result.client_acc[client])
+        assert 100 * (predicted == labels).mean() == pytest.approx(result.client_acc[client])  # percent
 
 
 def test_global_test_accuracy_is_the_pooled_accuracy_when_the_clients_hold_the_whole_test_set(make_config):

@@ -27,8 +27,8 @@ def test_paired_comparison_counts_the_samples_only_one_run_gets_right(make_confi
     assert (same["only_a"], same["only_b"], same["p_value"]) == (0, 0, 1.0)
     c = paired_comparison(a, b)
     sizes = final_simulation(a).data.test_sizes
-    correct_a = int(round(float((a.client_acc * sizes).sum())))
-    correct_b = int(round(float((b.client_acc * sizes).sum())))
+    correct_a = int(round(float((a.client_acc / 100 * sizes).sum())))  # client_acc in percent
+    correct_b = int(round(float((b.client_acc / 100 * sizes).sum())))
     assert c["samples"] == int(sizes.sum())
     assert c["only_a"] - c["only_b"] == correct_a - correct_b  # the concordant samples cancel
     assert c["acc_a"] == pytest.approx(a.summary["acc_weighted"]) and c["acc_b"] == pytest.approx(b.summary["acc_weighted"])

@@ -4,9 +4,12 @@ Layout of ``<output_dir>/<run name>/``:
 
 - ``config.json``     the validated config (and its fingerprint)
 - ``metrics.json``    one record per round (participants, train loss, evaluation)
-- ``clients.npz``     per-client accuracies: ``final``, ``best`` (at the best round),
-                      ``history`` (evaluations x clients), ``eval_rounds``, sizes
-- ``summary.json``    written last: its presence means the run finished
+- ``clients.npz``     per-client accuracies in percent: ``final``, ``best`` (at the best
+                      round), ``history`` (evaluations x clients), ``eval_rounds``, sizes
+- ``summary.json``    written last: its presence means the run finished; its
+                      ``accuracy_unit: percent`` says that ``clients.npz`` holds percent
+                      (a folder written before pflcore had it holds fractions, converted
+                      when read)
 - ``checkpoint.pt``   while running (every ``checkpoint_every`` rounds); removed at the end
 - ``arrays/``         per-round arrays a method reports (e.g. FedPAC's weight matrices)
 - ``.pflcore.lock``   while a process runs the experiment (an exclusive ``flock``)
@@ -96,10 +99,14 @@ def read_json(path: Path) -> Any:
 
 #: The file of a finished run holding its final server and client states.
 FINAL_STATE = "final_state.pt"
+#: Every accuracy pflcore reports, per client and summarised, in files and in the API.
+ACCURACY_UNIT = "percent"
 
 @dataclass
 class RunResult:
-    """What a run produced; also what :func:`RunResult.load` reads back from disk."""
+    """What a run produced; also what :func:`RunResult.load` reads back from disk. Every
+    accuracy is in percent: ``summary``'s, ``client_acc`` (final, per client) and
+    ``acc_history`` (evaluations x clients)."""
 
     config: ExperimentConfig
     summary: dict
@@ -110,7 +117,7 @@ class RunResult:
     path: Path | None = None
     extras: dict = field(default_factory=dict)
     #: every per-client array of ``clients.npz`` (``final``, ``best``, ``history``,
-    #: ``eval_rounds``, ``train_sizes``, ``test_sizes``, ``new_final``), accuracies as fractions
+    #: ``eval_rounds``, ``train_sizes``, ``test_sizes``, ``new_final``), accuracies in percent
     clients: dict = field(default_factory=dict)
 
     @property
@@ -176,7 +183,9 @@ class RunResult:
 
     @classmethod
     def load(cls, path: str | Path) -> "RunResult":
-        """Read a finished run; a damaged file is named in one sentence (:class:`ResultsError`)."""
+        """Read a finished run; a damaged file is named in one sentence (:class:`ResultsError`).
+        A folder whose ``summary.json`` has no ``accuracy_unit`` was written before pflcore
+        kept per-client accuracies in percent: its ``clients.npz`` fractions are read as percent."""
         path = Path(path)
         summary = read_json(path / "summary.json")
         if not isinstance(summary, dict):
@@ -189,26 +198,38 @@ class RunResult:
         try:
             with np.load(clients) as z:
                 everything = {k: z[k] for k in z.files}
-                arrays = everything["final"], everything["eval_rounds"], everything["history"]
+                if not {"final", "eval_rounds", "history"} <= everything.keys():
+                    raise KeyError("final, eval_rounds or history")
         except FileNotFoundError:
             raise
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError):
             raise _damaged(clients, "is damaged or not a pflcore clients file") from None
-        return cls(config, summary, history, *arrays, path, clients=everything)
+        unit = summary.get("accuracy_unit")
+        if unit is None:  # written before pflcore kept accuracies in percent: fractions
+            everything = {k: (100 * np.asarray(v, dtype=np.float64) if k in records.ACCURACY_ARRAYS else v)
+                          for k, v in everything.items()}
+            summary = {**summary, "accuracy_unit": ACCURACY_UNIT}
+        elif unit != ACCURACY_UNIT:
+            raise _damaged(path / "summary.json", f"gives accuracy_unit {unit!r}, which this pflcore does not know "
+                           f"(it writes {ACCURACY_UNIT!r})")
+        return cls(config, summary, history, everything["final"], everything["eval_rounds"], everything["history"],
+                   path, clients=everything)
 
     @classmethod
     def from_record(cls, record: dict, config: ExperimentConfig | None = None,
                     path: Path | None = None) -> "RunResult":
         """The result a committed record stands for (:mod:`pflcore.records`). ``config``: the
         caller's, whose fingerprint matched the record's; else the recorded config (built
-        without validating it against local data)."""
+        without validating it against local data). ``record`` as :func:`pflcore.records.read`
+        returns it: in the current schema (accuracies in percent)."""
         config = config if config is not None else ExperimentConfig(**record["config"])
-        clients = {k: (records.floats(v) if k in ("final", "best", "history", "new_final") else np.asarray(v))
+        clients = {k: (records.floats(v) if k in records.ACCURACY_ARRAYS else np.asarray(v))
                    for k, v in record["clients"].items()}
         history = [records.unrecorded(h) for h in record["history"]]
         arrays = {name: {int(r): np.asarray(a) for r, a in by_round.items()}
                   for name, by_round in record["arrays"].items()}
-        summary = {**records.unrecorded(record["summary"]), "provenance": record["provenance"]}
+        summary = {**records.unrecorded(record["summary"]), "accuracy_unit": ACCURACY_UNIT,
+                   "provenance": record["provenance"]}
         return cls(config, summary, history, clients["final"], clients["eval_rounds"].astype(int),
                    clients["history"], None, extras={"record": str(path) if path else None, "arrays": arrays},
                    clients=clients)

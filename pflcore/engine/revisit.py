@@ -21,6 +21,7 @@ import torch
 from ..data.shifts import corrupt_client
 from ..data.sources import load_dataset
 from ..training import INFERENCE_BATCH, predict_correct
+from .evaluation import accuracies
 from .results import RunResult
 from .simulation import Simulation, build_data
 
@@ -41,7 +42,7 @@ def final_simulation(result: RunResult | str | Path, method_params: Mapping[str,
 
 
 def reevaluate(result: RunResult | str | Path, method_params: Mapping[str, Any] | None = None) -> np.ndarray:
-    """Every client's test accuracy (a fraction, as ``result.client_acc``) of the run's final
+    """Every client's test accuracy (percent, as ``result.client_acc``) of the run's final
     models, predicted with the run's method under ``method_params``: with none, exactly the
     run's final accuracies."""
     result = result if isinstance(result, RunResult) else RunResult.load(result)
@@ -95,8 +96,9 @@ def final_correctness(result: RunResult | str | Path) -> list[np.ndarray] | None
         sim.close()
         torch.set_num_threads(threads)
     final = np.asarray(result.client_acc, dtype=np.float64)
+    rescored = accuracies(np.array([hits.sum() for hits in out]), np.array([hits.size for hits in out]))
     for cid, hits in enumerate(out):
-        if hits.size and not float(hits.mean()) == float(final[cid]):
+        if hits.size and not rescored[cid] == final[cid]:
             return None
     return out
 
@@ -127,7 +129,7 @@ def new_client_accuracy(result: RunResult | str | Path, corruption: str | None =
     """The run's new clients (config ``new_clients``) scored again after adapting as their
     method prescribes, with their train and test images under ``corruption`` at
     ``severity`` (pFedFDA Table 4: each corruption at severity 3; None: clean, exactly the
-    run's ``new_final``). Per-client accuracy (a fraction, as ``new_final``), NaN for the
+    run's ``new_final``). Per-client accuracy (percent, as ``new_final``), NaN for the
     training clients."""
     result = result if isinstance(result, RunResult) else RunResult.load(result)
     if not result.config.new_clients:

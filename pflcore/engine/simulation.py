@@ -32,7 +32,7 @@ from .executors import InProcess, WorkerPool, resolve_workers
 from .hooks import take_measurements
 from .jobs import JOB_KINDS, ClientJob, ClientWorker
 from .progress import RoundProgress
-from .results import FINAL_STATE, RunDirectory, RunResult
+from .results import ACCURACY_UNIT, FINAL_STATE, RunDirectory, RunResult
 from .schedule import held_out_clients, participants
 from .setup import initial_model, train_settings
 from .vectorised import Vectorised
@@ -177,25 +177,33 @@ class Simulation:
         return model.eval()
 
     def evaluate(self, round_index: int) -> np.ndarray:
-        """Per-client test accuracy of each client's predictor (the one evaluation); NaN for
-        a client held out as a new client (see :meth:`evaluate_new_clients`).
+        """Per-client test accuracy (percent) of each client's predictor (the one evaluation);
+        NaN for a client held out as a new client (see :meth:`evaluate_new_clients`)."""
+        return accuracies(self.count_correct(round_index), self.data.test_sizes)
+
+    def count_correct(self, round_index: int) -> np.ndarray:
+        """Per-client count of correct test predictions of each client's predictor, what
+        :meth:`evaluate` and the run's summary are computed from; NaN for a held-out client.
 
         A global method's model scores all clients' test data here in one batched pass;
         personalised predictors are built and scored per client by the executor."""
-        sizes = self.data.test_sizes
         shared = self.algorithm.shared_predictor(self.state, self.model)
         if shared is not None:
-            acc = accuracies(shared_correct(shared, self.data), sizes)
-            acc[self.new_clients] = np.nan
-            return acc
-        return self._scored(EVALUATE, self.training_clients(), round_index)
+            correct = shared_correct(shared, self.data)
+            correct[self.new_clients] = np.nan
+            return correct
+        return self._correct(EVALUATE, self.training_clients(), round_index)
 
     def evaluate_new_clients(self, round_index: int) -> np.ndarray:
         """New-client generalisation (pFedFDA section 5, Table 4): every held-out client
         adapts as its method prescribes (:meth:`Algorithm.adapt`: fine-tuning, statistics,
         beta) from what the server would send it now, then its predictor is scored on its
-        test split. Per-client accuracy, NaN for the training clients."""
-        return self._scored(ADAPT, self.new_clients, round_index)
+        test split. Per-client accuracy (percent), NaN for the training clients."""
+        return accuracies(self.count_correct_new_clients(round_index), self.data.test_sizes)
+
+    def count_correct_new_clients(self, round_index: int) -> np.ndarray:
+        """Per-client count of correct test predictions behind :meth:`evaluate_new_clients`."""
+        return self._correct(ADAPT, self.new_clients, round_index)
 
     def dispatch(self, kind: str, ids: Iterable[int], round_index: int) -> tuple[dict[int, Any], dict[int, str]]:
         """Run one ``kind`` job per client of ``ids`` (in that order) through the executor:
@@ -222,15 +230,15 @@ class Simulation:
                     EVALUATE: self.algorithm.payload(self.state, cid, EVALUATE)}
         return self.algorithm.payload(self.state, cid, kind)
 
-    def _scored(self, kind: str, clients: np.ndarray, round_index: int) -> np.ndarray:
-        """Per-client accuracy from ``kind`` jobs that count correct test predictions; NaN for
-        the other clients and for a client that failed (or has no test data)."""
+    def _correct(self, kind: str, clients: np.ndarray, round_index: int) -> np.ndarray:
+        """Per-client correct counts of ``kind`` jobs that count correct test predictions; NaN
+        for the other clients and for a client that failed (or has no test data)."""
         sizes = self.data.test_sizes
         correct = np.full(self.data.num_clients, np.nan)
         counts, _ = self.dispatch(kind, [cid for cid in clients.tolist() if sizes[cid] > 0], round_index)
         for cid, count in counts.items():
             correct[cid] = count
-        return accuracies(correct, sizes)
+        return correct
 
     def use_workers(self, workers: int | str) -> None:
         """Run the clients' work in ``workers`` processes (``"auto"``: one per core), or with
@@ -398,10 +406,10 @@ def _scored_from(sim: Simulation, rundir: RunDirectory, base: RunResult) -> RunR
     rundir.write_partition(list(data.partition.train), list(data.partition.test))
     this_stretch = records.stretch(config.rounds - 1)
     sim.restore(base.final_state())
-    acc = sim.evaluate(config.rounds - 1)
-    evaluated = set(summarize(acc, data.test_sizes))
-    history = [{k: v for k, v in h.items() if k not in evaluated} for h in base.history]
-    history[-1].update(summarize(acc, data.test_sizes))
+    correct = sim.count_correct(config.rounds - 1)
+    acc, scores = accuracies(correct, data.test_sizes), summarize(correct, data.test_sizes)
+    history = [{k: v for k, v in h.items() if k not in scores} for h in base.history]
+    history[-1].update(scores)
     seconds = float(base.summary["seconds"])  # the rounds are the base run's; add this evaluation
     seconds += time.perf_counter() - t0
     history[-1]["seconds"] = seconds
@@ -424,7 +432,7 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
     stretches: list[dict] = []
     if ckpt is not None:
         sim.restore(ckpt["sim"])
-        history, acc_history, eval_rounds = ckpt["history"], ckpt["acc_history"], ckpt["eval_rounds"]
+        history, acc_history, eval_rounds = ckpt["history"], _percent_history(ckpt), ckpt["eval_rounds"]
         seconds, start_round = float(ckpt["seconds"]), int(ckpt["next_round"])
         stretches = list(ckpt.get("stretches", []))
     else:
@@ -446,9 +454,9 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         if arrays:
             rundir.write_arrays(r + 1, arrays)
         if (r + 1) % config.eval_every == 0 or r == config.rounds - 1:
-            acc = sim.evaluate(r)
-            record.update(summarize(acc, data.test_sizes))
-            acc_history.append(acc.tolist())
+            correct = sim.count_correct(r)
+            record.update(summarize(correct, data.test_sizes))
+            acc_history.append(accuracies(correct, data.test_sizes).tolist())
             eval_rounds.append(r + 1)
             for hook in sim.hooks:
                 hook.evaluated(sim, r, record)
@@ -459,7 +467,8 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         if (r + 1) % config.checkpoint_every == 0 and r < config.rounds - 1:
             done = records.end_stretch(this_stretch, r + 1, seconds - stretch_start)
             rundir.save_checkpoint({"sim": sim.snapshot(), "history": history, "acc_history": acc_history,
-                                    "eval_rounds": eval_rounds, "seconds": seconds, "next_round": r + 1,
+                                    "accuracy_unit": ACCURACY_UNIT, "eval_rounds": eval_rounds,
+                                    "seconds": seconds, "next_round": r + 1,
                                     "stretches": [*stretches, done]})
             rundir.write_progress(history)
         if on_round_end is not None:
@@ -468,6 +477,14 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
     stretches.append(records.end_stretch(this_stretch, config.rounds, seconds - stretch_start))
     return _result(config, history, acc_history, eval_rounds, seconds, data, rundir,
                    getattr(sim.algorithm, "failure_counters", ()), final_state=sim.snapshot(), stretches=stretches)
+
+
+def _percent_history(ckpt: dict) -> list[list[float]]:
+    """A checkpoint's per-client accuracies in percent: a checkpoint without
+    ``accuracy_unit`` was written before pflcore kept accuracies in percent, in fractions."""
+    if ckpt.get("accuracy_unit") == ACCURACY_UNIT:
+        return ckpt["acc_history"]
+    return (100 * np.asarray(ckpt["acc_history"], dtype=np.float64)).tolist()
 
 
 def _result(config: ExperimentConfig, history: list[dict], acc_history: list[list[float]],
@@ -487,7 +504,7 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
         # FedCP's and PFLlib's metric: the best evaluated round's sample-weighted (pooled) accuracy
         "best_acc_weighted": float(pooled[best_pooled]), "best_weighted_round": int(eval_rounds[best_pooled]),
         "final_train_loss": last["train_loss"], "rounds": config.rounds, "seconds": seconds,
-        "status": "finished",
+        "status": "finished", "accuracy_unit": ACCURACY_UNIT,  # clients.npz too: old folders hold fractions
     }
     if new_acc is not None:  # new-client generalisation (config new_clients)
         summary.update({k: last[k] for k in ("new_acc_mean", "new_acc_std", "new_acc_weighted")})
