@@ -115,7 +115,7 @@ def time_rounds(sim: Simulation, timed: int, warm: int = 1) -> dict:
     acc = sim.evaluate(warm + timed - 1)
     sync()
     return {"round_s": [round(t, 4) for t in times], "median_round_s": round(statistics.median(times), 4),
-            "eval_s": round(time.perf_counter() - t0, 4), "acc_mean_after": round(float(acc[~(acc != acc)].mean()) * 100, 2)}
+            "eval_s": round(time.perf_counter() - t0, 4), "acc_mean_after": round(float(acc[~(acc != acc)].mean()), 2)}  # percent
 
 
 def environment(smoke: bool) -> dict:

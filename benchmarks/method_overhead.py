@@ -131,6 +131,8 @@ def serve(args) -> None:
         t1 = time.perf_counter()
         acc = sim.evaluate(int(r))
         t2 = time.perf_counter()
+        if not hasattr(sim, "count_correct"):  # a tree from before accuracies were in percent: fractions
+            acc = 100 * acc  # exactly the percent a newer tree gives
         print(json.dumps({"round": t1 - t0, "eval": t2 - t1, "train_loss": record["train_loss"],
                           "acc": float(acc[~np.isnan(acc)].mean())}), flush=True)
 

@@ -90,7 +90,7 @@ def test_a_checkpoint_resumes_on_the_other_device(make_config, method, first, se
     assert resumed.summary["status"] == "finished" and len(resumed.history) == 4
     if method != "fedcp":  # FedCP's Gumbel noise is drawn on the device: another stream on each
         whole = run(make_config(method=method, rounds=4, device=second, name="whole"))
-        assert np.nanmax(np.abs(resumed.client_acc - whole.client_acc)) <= 0.1  # ten points at most per client
+        assert np.nanmax(np.abs(resumed.client_acc - whole.client_acc)) <= 10  # ten points at most per client
 
 
 def cfg_path(cfg):
@@ -118,7 +118,7 @@ def test_cpu_and_gpu_agree(make_config, method):
     sim_gpu, gpu = _models(method, "cuda", make_config)
     sim_cpu, cpu = _models(method, "cpu", make_config)
     assert max(float((gpu[k] - cpu[k]).abs().max()) for k in gpu) <= 1e-4
-    correct = np.abs(sim_gpu.evaluate(1) - sim_cpu.evaluate(1)) * sim_cpu.data.test_sizes
+    correct = np.abs(sim_gpu.evaluate(1) - sim_cpu.evaluate(1)) / 100 * sim_cpu.data.test_sizes  # percent
     assert np.nanmax(correct) <= 2
 
 
