@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import torch.nn.functional as F
 
-from ..analysis import seeds_table
+from ..analysis import PAPER_COLOUR, bar_value_limits, mark_axis_break, seeds_table
 from ..config import ExperimentConfig
 from ..data.sources.multidomain import MEMBERS
 from ..engine import RunResult, Simulation, build_data
@@ -213,6 +213,12 @@ def momentum_label(m: float) -> str:
     return f"fedfa anchor_momentum={m:.1f}" if round(m, 1) == m else f"fedfa anchor_momentum={m}"
 
 
+def short_label(label: str) -> str:
+    """A FedFA row label without the method: ``"fedfa anchor_momentum=0.9"`` ->
+    ``"anchor_momentum=0.9"``; ``"fedfa"`` stays."""
+    return label.removeprefix("fedfa ") or "fedfa"
+
+
 def anchor_movement(result: RunResult, data_by_seed: dict) -> dict[str, float]:
     """Tables 6 and 7: how far a FedFA run's anchors moved, from those it started with to its
     final ones (mean over classes), their norms and cosine to the start. ``data_by_seed``
@@ -237,6 +243,28 @@ def zoom_rounds(ax, last: int) -> None:
     if ys:
         pad = 0.05 * ((max(ys) - min(ys)) or 1.0)
         ax.set_ylim(min(ys) - pad, max(ys) + pad)
+
+
+def barh_beside_paper(ax, labels: Sequence[str], ours: Sequence[float], paper: Sequence[float],
+                      names: Sequence[str], *, colours: Any = "C0", ours_label: str = "ours",
+                      paper_label: str = "paper", values: bool = False) -> None:
+    """Tables 3 and 5 drawn: our accuracies as horizontal bars (``values``: written on them),
+    the paper's as marks, one row per label named by ``names``; the value axis from 0, or
+    over the data with the break marked."""
+    y = np.arange(len(labels))
+    ours, paper = np.asarray(ours, dtype=float), np.asarray(paper, dtype=float)
+    if np.isfinite(ours).any():
+        bars = ax.barh(y, ours, 0.6, color=colours, label=ours_label)
+        if values:
+            ax.bar_label(bars, [f"{v:.2f}" if np.isfinite(v) else "" for v in ours], fontsize=7, padding=2)
+    ax.plot(paper, y, "|", color=PAPER_COLOUR, markersize=18, mew=3, label=paper_label, zorder=4)
+    ax.set_xlim(*bar_value_limits(np.concatenate([ours[np.isfinite(ours)], paper[np.isfinite(paper)]])))
+    if ax.get_xlim()[0] > 0:  # the value axis does not start at 0: say so on the axis and across the bars
+        mark_axis_break(ax, y[np.isfinite(ours)], 0.6, horizontal=True)
+    ax.set_yticks(y, list(names))
+    ax.invert_yaxis()
+    ax.set_xlabel("global model accuracy (%)")
+    ax.grid(alpha=0.3, axis="x")
 
 
 def window_mean(result: RunResult, key: str, first: int, last: int) -> float:
@@ -407,6 +435,6 @@ __all__ = ["FEDFA_F2", "FEDFA_METHOD_PARAMS", "FEDFA_PARTITIONS", "FEDFA_SEEDS",
            "FEDFA_TABLE1_STD", "FEDFA_TABLE2", "FEDFA_TABLE2_STD", "FEDFA_TABLE3", "FEDFA_TABLE3_DIGITS",
            "FEDFA_TABLE5", "FEDFA_TABLE6", "FEDFA_TABLE7", "FEDFA_TABLE8",
            "FEDFA_TABLE8_NO_SKEW", "FEDFA_TABLE8_TARGET",
-           "ROTATION_DOMAINS", "anchor_movement", "domain_accuracy", "fedfa_config", "fedfa_feature_skew_config",
+           "ROTATION_DOMAINS", "anchor_movement", "barh_beside_paper", "domain_accuracy", "fedfa_config", "fedfa_feature_skew_config",
            "fedfa_validation_config", "feature_skew_domains", "feature_skew_score", "feature_skew_table", "final_mean",
-           "mean_reached", "momentum_label", "rounds_to_target", "table2_paper_column", "window_mean", "zoom_rounds"]
+           "mean_reached", "momentum_label", "rounds_to_target", "short_label", "table2_paper_column", "window_mean", "zoom_rounds"]
