@@ -33,7 +33,7 @@ def record(notebook: str, method: str, seed: int, acc: float, **config) -> dict:
     return {"schema": records.SCHEMA, "schema_version": records.SCHEMA_VERSION, "notebook": notebook,
             "fingerprint": f"{method[:4]}{seed:06d}", "seed": seed, "config": cfg,
             "provenance": {"seconds_per_round": 0.3, "git_commit": "0" * 40}, "summary": summary,
-            "history": history, "clients": {"final": [acc / 100] * 2, "history": [[0.5, 0.5]] * 3,
+            "history": history, "clients": {"final": [acc] * 2, "history": [[50.0, 50.0]] * 3,  # percent
                                             "eval_rounds": [1, 2, 3]},
             "arrays": {}, "notes": []}
 
