@@ -168,7 +168,7 @@ def domain_accuracy(result: RunResult, setting: str, clients_per_domain: int) ->
     for d in range(len(domains)):
         keep = (domain == d) & np.isfinite(acc) & (sizes > 0)
         if keep.any():
-            out[d] = 100 * np.average(acc[keep], weights=sizes[keep])
+            out[d] = np.average(acc[keep], weights=sizes[keep])  # client_acc is in percent
     return out
 
 
