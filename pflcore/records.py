@@ -32,10 +32,11 @@ import os
 import platform
 import re
 import subprocess
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -267,9 +268,59 @@ def write(record: dict, root: str | Path | None = None) -> Path:
         raise RecordError("records live in reproductions/ of a pflcore project, and the working directory is not "
                           "inside one; pass root=.")
     path = root / (record["notebook"] or "unfiled") / record_name(record)
+    _dump(record, path)
+    return path
+
+
+def _dump(record: dict, path: Path) -> None:
     text = json.dumps(record, indent=None, separators=(",", ":"), sort_keys=False, allow_nan=False)
     atomic_write_bytes(path, (text + "\n").encode())
-    return path
+
+
+# ---------------------------------------------------------------------- derived arrays
+#: How a derived array is kept: float32 or int32 (a figure needs no more), zlib-compressed, base64.
+_KEPT_DTYPES = {"f": np.float32, "i": np.int32, "u": np.int32, "b": np.int32}
+
+
+def encode_array(array: Any) -> dict:
+    """A derived array as JSON: ``{"dtype", "shape", "data"}`` (float32 or int32 bytes,
+    little-endian, zlib-compressed, base64)."""
+    arr = np.asarray(array)
+    if arr.dtype.kind not in _KEPT_DTYPES:
+        raise RecordError(f"a record keeps arrays of numbers, not of {arr.dtype}.")
+    arr = np.ascontiguousarray(arr, dtype=np.dtype(_KEPT_DTYPES[arr.dtype.kind]).newbyteorder("<"))
+    return {"dtype": arr.dtype.name, "shape": list(arr.shape),
+            "data": base64.b64encode(zlib.compress(arr.tobytes(), 9)).decode("ascii")}
+
+
+def decode_array(entry: Mapping[str, Any]) -> np.ndarray:
+    """The array :func:`encode_array` kept."""
+    raw = zlib.decompress(base64.b64decode(entry["data"]))
+    return np.frombuffer(raw, dtype=np.dtype(entry["dtype"]).newbyteorder("<")).reshape(entry["shape"]).copy()
+
+
+def derived_arrays(result: Any, name: str, compute: Callable[[Any], Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Arrays a figure derives from a run's final models (FedFA appendix F.2: the t-SNE
+    points and cosine pairs of the clients' features), kept in the run's record so that the
+    figure is drawn again from the record alone. A result read from a record returns what
+    it keeps under ``name``; otherwise ``compute(result)`` runs on the final state, and when
+    this run has just written its record (a paper-preset run), the arrays join it. Either
+    way the arrays come back as kept (float32 / int32), so a figure is the same both ways."""
+    shipped = result.extras.get("record")
+    if shipped is not None:
+        kept = read(shipped).get("derived_arrays", {}).get(name)
+        if kept is None:
+            raise RecordError(f"the record {shipped} keeps no {name!r}; train the run (train = True in the notebook, "
+                              f"{TRAIN_ENV}=1, or pflcore notebooks --train) to compute it from the final models.")
+        return {key: decode_array(entry) for key, entry in kept.items()}
+    encoded = {str(key): encode_array(value) for key, value in compute(result).items()}
+    written = result.extras.get("written_record")
+    if written is not None:
+        record = read(written)
+        record.setdefault("derived_arrays", {})[name] = encoded
+        validate(record, Path(written))
+        _dump(record, Path(written))
+    return {key: decode_array(entry) for key, entry in encoded.items()}
 
 
 # ---------------------------------------------------------------------- reading
@@ -325,6 +376,11 @@ def validate(record: Any, path: Path, versions: tuple[int, ...] = (SCHEMA_VERSIO
     for key in ("final", "history", "eval_rounds"):
         if key not in record["clients"]:
             raise RecordError(f"{path} is a damaged run record: its clients have no {key!r}.")
+    for name, arrays in record.get("derived_arrays", {}).items():  # optional: what figures derive from final models
+        if not isinstance(arrays, dict) or not all(isinstance(a, dict) and {"dtype", "shape", "data"} <= set(a)
+                                                   for a in arrays.values()):
+            raise RecordError(f"{path} is a damaged run record: its derived arrays {name!r} are not "
+                              "{dtype, shape, data} entries.")
 
 
 def floats(values: Any) -> np.ndarray:
@@ -392,8 +448,7 @@ def compare(result: Any, record: dict | str | Path) -> dict:
     """A user's run beside the shipped record of the same config: per summary metric ours,
     the record's and the difference; ``identical`` when every per-round metric and every
     per-client accuracy is equal bit for bit."""
-    if not isinstance(record, dict):
-        record = read(record)
+    record = read(record) if not isinstance(record, dict) else upgrade(record)
     if result.config.fingerprint() != record["fingerprint"]:
         raise RecordError(f"the run's config (fingerprint {result.config.fingerprint()}) is not the record's "
                           f"({record['fingerprint']}); compare a run with the record of its own config.")

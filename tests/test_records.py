@@ -101,6 +101,35 @@ def test_arrays_of_a_record_read_back_for_figures(project, make_config):
         RunResult.from_record(records.read(records.find(config)), path=Path("x.json")).final_state()
 
 
+def test_arrays_derived_from_the_final_models_are_kept_in_the_record_and_read_back_without_training(
+        project, make_config):
+    from pflcore.engine.revisit import final_simulation
+
+    def client_norms(result):  # stands for a figure's analysis of the final models (F.2's t-SNE, pairs)
+        sim = final_simulation(result)
+        norms = [float(sum(t.double().norm() ** 2 for t in s.values() if t.is_floating_point()) ** 0.5)
+                 for s in sim.client_states.values()] if sim.client_states else [0.0]
+        calls.append(1)
+        return {"norms": np.array(norms), "clients": np.arange(len(norms))}
+
+    calls: list[int] = []
+    config = make_config(method="fedper", rounds=2)
+    with records.recording("paper_x/f2"):
+        trained = run(config)
+        fresh = records.derived_arrays(trained, "norms", client_norms)
+    assert calls == [1] and fresh["norms"].dtype == np.float32 and fresh["clients"].dtype == np.int32
+    with records.recording("paper_x/f2"):
+        shipped = run(config)  # from the record now: no final state, no training
+        again = records.derived_arrays(shipped, "norms", client_norms)
+    assert shipped.record is not None and calls == [1], "the record's arrays were computed again"
+    assert all(np.array_equal(fresh[k], again[k]) for k in fresh)  # the figure is the same both ways
+    with pytest.raises(records.RecordError, match="keeps no 'other'.*train"):
+        records.derived_arrays(shipped, "other", client_norms)
+    assert records.decode_array(records.encode_array(np.array([[1.5, -2.0]]))).tolist() == [[1.5, -2.0]]
+    with pytest.raises(records.RecordError, match="arrays of numbers"):
+        records.encode_array(np.array(["a"]))
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda r: r.update(schema_version=0), "schema version 0"),
     (lambda r: r.update(schema="something-else"), "not a pflcore run record"),
@@ -150,6 +179,8 @@ def test_a_version_1_record_reads_in_percent_as_the_same_run_gives_now(project, 
     np.testing.assert_array_equal(loaded.acc_history, result.acc_history)
     np.testing.assert_array_equal(loaded.clients["new_final"], result.clients["new_final"])
     assert records.compare(result, path)["identical"]
+    assert records.compare(result, v1)["identical"]  # a version-1 record given as it was read from JSON
+    np.testing.assert_array_equal(RunResult.from_record(v1, config).acc_history, result.acc_history)
     hits = records.unpack_correct(read)  # the per-sample hits are the same in both versions
     assert hits is not None and hits.size == sizes[~np.isnan(result.client_acc)].sum()
 

@@ -221,7 +221,8 @@ class RunResult:
         """The result a committed record stands for (:mod:`pflcore.records`). ``config``: the
         caller's, whose fingerprint matched the record's; else the recorded config (built
         without validating it against local data). ``record`` as :func:`pflcore.records.read`
-        returns it: in the current schema (accuracies in percent)."""
+        returns it, or of an earlier schema version (:func:`pflcore.records.upgrade`)."""
+        record = records.upgrade(record)  # version 1's fractions as percent
         config = config if config is not None else ExperimentConfig(**record["config"])
         clients = {k: (records.floats(v) if k in records.ACCURACY_ARRAYS else np.asarray(v))
                    for k, v in record["clients"].items()}
