@@ -6,17 +6,17 @@ directory records exactly what ran.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
-import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import ConfigError, shorten
+from .spec import UNSET, Field, Refusal, first_refusal, is_int, is_number, markdown_table
 
 if TYPE_CHECKING:
     from .data.sources import TextShape
@@ -38,50 +38,151 @@ MODEL_COUNTS = {"fedem": "M", "fedem_ft": "M", "hypcluster": "k", "fedfomo": "nu
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _default_partition() -> dict:
-    return {"kind": "dominant", "s": 0.2, "samples_per_client": 600}
+def _spec(default: Any, **spec: Any) -> Any:
+    """A config field declared by its :class:`~pflcore.spec.Field` (kept in the dataclass
+    field's metadata, where :data:`FIELDS` collects it); a mapping or list default is copied
+    for each config."""
+    declared = Field(default, **spec)
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"spec": declared})
+    return field(default=default, metadata={"spec": declared})
+
+
+# ------------------------------------------------------------------ the rules of single fields
+def _methods() -> list[str]:
+    from .algorithms import ALGORITHMS
+
+    return sorted(ALGORITHMS)
+
+
+def _models() -> list[str]:
+    from .models import MODELS
+
+    return sorted(MODELS)
+
+
+def _dataset_problem(name: str) -> str | None:
+    from .data.sources import DATASETS, canonical_name
+
+    try:
+        canonical_name(name)
+    except (ValueError, TypeError, AttributeError):
+        return f"choose one of {list(DATASETS)}"
+    return None
+
+
+def _folder_problem(path: str) -> str | None:
+    if not path:
+        return "it must be a folder path, or null to search the usual places"
+    if not Path(path).expanduser().is_dir():
+        what = "is not a folder" if Path(path).expanduser().exists() else "does not exist"
+        return f"the path {what}; give an existing folder, or null to search the usual places"
+    return None
+
+
+def _partition_problem(partition: dict) -> str | None:
+    from .data.partition import KINDS
+
+    if not isinstance(partition.get("kind"), str) or partition["kind"] not in KINDS:
+        return f"it must be a mapping whose 'kind' is one of {sorted(KINDS)}"
+    return None
+
+
+def _ordered(pair: list) -> str | None:
+    return None if pair[0] <= pair[1] else "it must be [rho_min, rho_max] with rho_min <= rho_max"
+
+
+def _results_folder_problem(path: str) -> str | None:
+    if not path.strip() or not path.isprintable():
+        return ("it must be the path of a folder for results (for example 'results'), without control characters "
+                "such as a newline")
+    return None
+
+
+def _name_problem(name: str) -> str | None:
+    if (not name or "/" in name or not name.isprintable() or name.startswith(".")
+            or len(name.encode("utf-8", "surrogatepass")) > 255):
+        return ("it must be a plain folder name of printable characters (no '/', no newline or other control "
+                "character, not starting with '.', at most 255 bytes)")
+    return None
 
 
 @dataclass
 class ExperimentConfig:
-    """Everything that determines a run. Defaults follow FedPAC's FMNIST setting (B.2)."""
+    """Everything that determines a run. Defaults follow FedPAC's FMNIST setting (B.2).
 
-    method: str = "fedavg"
-    method_params: dict = field(default_factory=dict)
-    dataset: str = "fmnist"
-    data_root: str | None = None
-    model: str = "fedpac_cnn"
-    partition: dict = field(default_factory=_default_partition)
-    shift: dict | None = None  # per-group concept/feature shift, see pflcore.data.shifts
-    num_clients: int = 20
-    rounds: int = 200
-    participation: float = 1.0
-    # how a round's clients are drawn: "uniform" (round(C*N) of them without replacement) or
-    # "bernoulli" (each joins independently with probability C: pFedFDA appendix C.2)
-    sampling: str = "uniform"
-    full_last_round: bool = False
-    # the fraction of clients held out of training and scored after the last round as new
-    # clients, each first adapting as its method prescribes (pFedFDA section 5, Table 4); 0: off
-    new_clients: float = 0.0
-    dropout: list[float] | None = None  # [rho_min, rho_max]: FedCP Table 7 drop-out
-    local_epochs: int = 5
-    batch_size: int = 50
-    lr: float = 0.01
-    lr_decay: float = 1.0  # round t (0-based) trains with lr * lr_decay ** t; 1: no decay (FedFA: 0.99)
-    momentum: float = 0.5
-    weight_decay: float = 5e-4
-    eval_every: int = 1
-    # samples per class of a fixed verification set whose features every participant's trained
-    # model reports each round (FedFA Fig. 4: feature distance, classifier-update similarity); 0: off
-    feature_probe: int = 0
-    checkpoint_every: int = 10
-    seed: int = 0
-    precision: str | None = None  # local training: None/"float32", or "bfloat16" (autocast)
-    device: str = "cpu"
-    workers: int | str = "auto"  # processes for the clients' work: "auto" (one per core), N, or 0 (here)
-    name: str | None = None
-    output_dir: str = "results"
-    quiet: bool = False
+    Each field is declared once, as a :class:`~pflcore.spec.Field` (type, range, choices, doc,
+    default): :meth:`validate` checks every value against it, the refusal sentence and
+    ``docs/config.md``'s table are made from it (:func:`reference_page`), and its fingerprint
+    settings say whether it enters :meth:`fingerprint`."""
+
+    method: str = _spec("fedavg", choices=_methods, doc="the federated method (docs/methods.md; its parameters "
+                                                        "below)")
+    method_params: dict = _spec({}, doc="the method's parameters (tables below); unset ones take their defaults")
+    dataset: str = _spec("fmnist", type=str, rule=_dataset_problem, words="a dataset name (docs/data.md)",
+                         doc="the dataset")
+    data_root: str | None = _spec(None, type=str, rule=_folder_problem, fingerprint=False,
+                                  words="an existing folder",
+                                  doc="where the dataset's files are (null: the usual places); a PFLlib folder's "
+                                      "config.json enters the fingerprint")
+    model: str = _spec("fedpac_cnn", choices=_models, doc="the network (body + head)")
+    partition: dict = _spec({"kind": "dominant", "s": 0.2, "samples_per_client": 600}, rule=_partition_problem,
+                            words="a mapping with a 'kind' and its parameters",
+                            doc="how samples are shared out: 'kind' and its parameters (tables below), and "
+                                "'subsample'")
+    shift: dict | None = _spec(None, type=dict, doc="per-group concept/feature shift: 'kind' and its parameters "
+                                                    "(tables below); null: none")
+    num_clients: int = _spec(20, low=1, high=MAX_CLIENTS,
+                             why="100 times the largest federation of the papers here; each client holds its own "
+                                 "data and state",
+                             doc="clients in the federation")
+    rounds: int = _spec(200, low=1, doc="communication rounds")
+    participation: float = _spec(1.0, low=0, high=1, low_open=True, doc="C, the rate of clients taking part in "
+                                                                        "a round")
+    sampling: str = _spec("uniform", choices=("uniform", "bernoulli"), fingerprint_default="uniform",
+                          doc="how a round's clients are drawn: 'uniform' (round(C N) of them without replacement) "
+                              "or 'bernoulli' (each joins with probability C, pFedFDA appendix C.2)")
+    full_last_round: bool = _spec(False, doc="every client takes part in the last round")
+    new_clients: float = _spec(0.0, low=0, high=1, high_open=True, fingerprint_default=0.0,
+                               doc="the fraction of clients held out of training and scored after the last round "
+                                   "as new clients, each first adapting as its method prescribes (pFedFDA section "
+                                   "5, Table 4); 0: off")
+    dropout: list[float] | None = _spec(None, type=list, items=Field(type=float, low=0, high=1, low_open=True),
+                                        min_length=2, max_length=2, rule=_ordered,
+                                        doc="[rho_min, rho_max], rho_min <= rho_max: FedCP Table 7 drop-out; null: "
+                                            "none")
+    local_epochs: int = _spec(5, low=0, high=MAX_EPOCHS,
+                              why="the papers here use at most 40; a round of more would run for days without a "
+                                  "word",
+                              doc="E, local epochs per round")
+    batch_size: int = _spec(50, low=1, doc="B, the local mini-batch size")
+    lr: float = _spec(0.01, low=0, low_open=True, doc="the local SGD learning rate")
+    lr_decay: float = _spec(1.0, low=0, high=1, low_open=True, fingerprint_default=1.0,
+                            doc="round t (0-based) trains with lr * lr_decay ** t; 1: no decay (FedFA: 0.99)")
+    momentum: float = _spec(0.5, low=0, high=1, high_open=True, doc="the local SGD momentum")
+    weight_decay: float = _spec(5e-4, low=0, doc="the local SGD weight decay")
+    eval_every: int = _spec(1, low=1, doc="evaluate every this many rounds (and after the last)")
+    feature_probe: int = _spec(0, low=0, fingerprint_default=0,
+                               doc="samples per class of a fixed verification set whose features every "
+                                   "participant's trained model reports each round (FedFA Fig. 4); 0: off")
+    checkpoint_every: int = _spec(10, low=1, fingerprint=False, doc="checkpoint every this many rounds")
+    seed: int = _spec(0, low=0, high=MAX_SEED, doc="the one seed of partition, sampling, initialisation and "
+                                                  "every client's draws")
+    precision: str | None = _spec(None, choices=("float32", "bfloat16"),
+                                  doc="local training: null/'float32', or 'bfloat16' (autocast)")
+    device: str = _spec("cpu", type=str, rule=lambda d: device_problem(d), fingerprint=False,
+                        words="'cpu', 'cuda' or 'cuda:N'", doc="where the run trains")
+    workers: int | str = _spec("auto", type=int, low=0, high=MAX_WORKERS, also=("auto", "vectorised"),
+                               fingerprint=False,
+                               doc="processes for the clients' work: 'auto' (one per core), N (cut to the cores), "
+                                   "0 (this process) or 'vectorised' (a round's clients trained together, for a "
+                                   "GPU)")
+    name: str | None = _spec(None, type=str, rule=_name_problem, fingerprint=False,
+                             words="a plain folder name", doc="the run's folder name (null: method-dataset-"
+                                                              "fingerprint)")
+    output_dir: str = _spec("results", rule=_results_folder_problem, fingerprint=False,
+                            words="a folder path", doc="the folder of results")
+    quiet: bool = _spec(False, fingerprint=False, doc="no progress lines")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -113,19 +214,22 @@ class ExperimentConfig:
     def fingerprint(self) -> str:
         """Hash of every field that changes the numbers.
 
-        Left out: naming, output and cadence fields, where the work runs (device, workers),
-        and fields set to ``None``, ``lr_decay`` at 1, ``feature_probe`` at 0, ``sampling`` uniform or
-        ``new_clients`` at 0 (so adding an optional feature later keeps existing fingerprints). The method's parameters enter
-        with its defaults filled in, so changing a default changes the fingerprint."""
+        Left out: the fields declared ``fingerprint=False`` (naming, output and cadence fields,
+        where the work runs: device, workers), fields set to ``None``, and a field at its
+        ``fingerprint_default`` (``lr_decay`` 1, ``feature_probe`` 0, ``sampling`` uniform,
+        ``new_clients`` 0: adding an optional feature later keeps existing fingerprints). The
+        method's parameters enter with its defaults filled in, so changing a default changes the
+        fingerprint."""
         from .algorithms import ALGORITHMS
 
-        ignored = {"name", "output_dir", "quiet", "checkpoint_every", "data_root", "device", "workers"}
-        payload = {k: v for k, v in self.to_dict().items() if k not in ignored and v is not None}
-        if payload.get("lr_decay") == 1.0:  # no decay: the fingerprint of runs from before the field
-            del payload["lr_decay"]
-        for key, off in (("feature_probe", 0), ("sampling", "uniform"), ("new_clients", 0.0)):
-            if payload.get(key) == off:  # likewise: a feature left off keeps the fingerprint of runs from before it
-                del payload[key]
+        payload = {}
+        for key, value in self.to_dict().items():
+            spec = FIELDS[key]
+            if not spec.fingerprint or value is None:
+                continue
+            if spec.fingerprint_default is not UNSET and value == spec.fingerprint_default:
+                continue  # a feature left off: the fingerprint of runs from before the field
+            payload[key] = value
         payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
         if self.dataset == "pfllib" and self.data_root is not None:
             # the data is the folder's: two PFLlib folders must not share results (its
@@ -142,32 +246,20 @@ class ExperimentConfig:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
-        """Check every field; raise ConfigError with one sentence on the first bad one."""
+        """Check every field against its spec, then the rules between fields; raise
+        ConfigError with one sentence on the first bad one."""
         from .algorithms import ALGORITHMS
-        from .data.partition import PARTITIONERS, PartitionError, validate_partition_args
-        from .data.sources import (DATASETS, DatasetCorruptError, DatasetNotFoundError, TextShape, canonical_name,
-                                   dataset_shape)
-        from .models import MODELS
+        from .data.partition import SUBSAMPLE, PartitionError, validate_partition_args
+        from .data.shifts import ShiftError, check_shift
+        from .data.sources import DatasetCorruptError, DatasetNotFoundError, TextShape, canonical_name, dataset_shape
 
         def bad(name: str, allowed: str) -> ConfigError:
-            return ConfigError(f"config field {name!r} = {shorten(getattr(self, name))} is not allowed: {allowed}.")
+            return ConfigError(Refusal(name, getattr(self, name), allowed).sentence())
 
-        if not isinstance(self.method, str) or self.method not in ALGORITHMS:
-            raise bad("method", f"choose one of {sorted(ALGORITHMS)}")
-        if not isinstance(self.method_params, dict):
-            raise bad("method_params", "it must be a mapping of the method's hyperparameters")
-        try:
-            canonical_name(self.dataset)
-        except (ValueError, TypeError, AttributeError):
-            raise bad("dataset", f"choose one of {list(DATASETS)}") from None
-        if self.data_root is not None:
-            if not isinstance(self.data_root, str) or not self.data_root:
-                raise bad("data_root", "it must be a folder path, or null to search the usual places")
-            if not Path(self.data_root).expanduser().is_dir():
-                what = "is not a folder" if Path(self.data_root).expanduser().exists() else "does not exist"
-                raise bad("data_root", f"the path {what}; give an existing folder, or null to search the usual places")
-        if not isinstance(self.model, str) or self.model not in MODELS:
-            raise bad("model", f"choose one of {sorted(MODELS)}")
+        refusal = first_refusal(FIELDS, self.__dict__)
+        if refusal is not None:
+            raise ConfigError(refusal.sentence())
+        # The rules between fields (and a mapping's keys), in the order a user would fix them.
         try:  # most shapes are declared; a PFLlib folder's is read from its files (cheaply)
             shape = dataset_shape(self.dataset, self.data_root)
         except DatasetNotFoundError as exc:
@@ -177,97 +269,42 @@ class ExperimentConfig:
         problem = model_problem(self.model, canonical_name(self.dataset), shape)
         if problem:
             raise bad("model", problem)
-        if not isinstance(self.partition, dict) or not isinstance(self.partition.get("kind"), str) \
-                or self.partition["kind"] not in PARTITIONERS:
-            raise bad("partition", f"it must be a mapping whose 'kind' is one of {sorted(PARTITIONERS)}")
-        for name in ("num_clients", "rounds", "batch_size", "eval_every", "checkpoint_every"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise bad(name, "it must be a whole number >= 1")
-        if self.num_clients > MAX_CLIENTS:
-            raise bad("num_clients", f"it must be at most {MAX_CLIENTS} (100 times the largest federation of the "
-                                     "papers here; each client holds its own data and state)")
-        if not _is_int(self.feature_probe) or self.feature_probe < 0:
-            raise bad("feature_probe", "it must be a whole number >= 0 (samples per class; 0: off)")
-        if not _is_int(self.local_epochs) or not 0 <= self.local_epochs <= MAX_EPOCHS:
-            raise bad("local_epochs", f"it must be a whole number in [0, {MAX_EPOCHS}] (the papers here use at most "
-                                      "40; a round of more would run for days without a word)")
-        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
-            raise bad("seed", "it must be a whole number in [0, 2**64 - 1]")
-        if not _is_number(self.participation) or not 0 < self.participation <= 1:
-            raise bad("participation", "it must be a rate in (0, 1]")
-        if self.sampling not in ("uniform", "bernoulli"):
-            raise bad("sampling", "use 'uniform' (round(participation * num_clients) clients per round) or "
-                                  "'bernoulli' (each client joins with probability participation)")
-        if not _is_number(self.new_clients) or not 0 <= self.new_clients < 1:
-            raise bad("new_clients", "it must be the fraction in [0, 1) of clients held out of training and scored "
-                                     "as new clients at the end (0: off)")
         if self.new_clients and round(self.new_clients * self.num_clients) in (0, self.num_clients):
             raise bad("new_clients", f"with {self.num_clients} clients it must hold out at least one client and "
                                      "train on at least one")
-        if not _is_number(self.lr) or self.lr <= 0:
-            raise bad("lr", "it must be a finite number > 0")
-        if not _is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
-            raise bad("lr_decay", "it must be a number in (0, 1], the factor the lr is multiplied by each "
-                                  "round (1: no decay)")
-        if not _is_number(self.momentum) or not 0 <= self.momentum < 1:
-            raise bad("momentum", "it must be a number in [0, 1)")
-        if not _is_number(self.weight_decay) or self.weight_decay < 0:
-            raise bad("weight_decay", "it must be a finite number >= 0")
-        for name in ("full_last_round", "quiet"):
-            if not isinstance(getattr(self, name), bool):
-                raise bad(name, "it must be true or false")
-        if self.dropout is not None:
-            d = self.dropout
-            if (not isinstance(d, (list, tuple)) or len(d) != 2 or not all(_is_number(v) for v in d)
-                    or not 0 < d[0] <= d[1] <= 1):
-                raise bad("dropout", "it must be null or a range [rho_min, rho_max] with 0 < rho_min <= rho_max <= 1")
-        if self.precision not in (None, "float32", "bfloat16"):
-            raise bad("precision", "use null/'float32', or 'bfloat16' for autocast local training")
-        if not (self.workers in ("auto", "vectorised") or (_is_int(self.workers) and 0 <= self.workers <= MAX_WORKERS)):
-            raise bad("workers", f"use 0 (in this process), a number of worker processes up to {MAX_WORKERS} (cut "
-                                 "to the cores), 'auto' (one per core) or 'vectorised' (a round's clients trained "
-                                 "together, for a GPU)")
         if self.workers == "vectorised":
             from .engine.vectorised import COVERED
 
             if self.method not in COVERED:
                 raise bad("workers", f"'vectorised' runs {', '.join(COVERED)}; use 0 or 'auto' for {self.method}")
-        problem = device_problem(self.device)
-        if problem:
-            raise bad("device", problem)
         if self.device != "cpu" and self.workers not in (0, 1, "auto", "vectorised"):
             raise bad("workers", "worker processes are for CPU runs; on a GPU use 0, 'auto' or 'vectorised'")
-        if not isinstance(self.output_dir, str) or not self.output_dir.strip() or not self.output_dir.isprintable():
-            raise bad("output_dir", "it must be the path of a folder for results (for example 'results'), without "
-                                    "control characters such as a newline")
-        if self.name is not None and (not isinstance(self.name, str) or not self.name or "/" in self.name
-                                      or not self.name.isprintable() or self.name.startswith(".")
-                                      or len(self.name.encode("utf-8", "surrogatepass")) > 255):
-            raise bad("name", "it must be a plain folder name of printable characters (no '/', no newline or "
-                              "other control character, not starting with '.', at most 255 bytes)")
         for name in ("method_params", "partition", "shift"):
-            keys = getattr(self, name) if isinstance(getattr(self, name), dict) else {}
-            odd = [k for k in keys if not isinstance(k, str)]
+            odd = [k for k in (getattr(self, name) or {}) if not isinstance(k, str)]
             if odd:
                 raise ConfigError(f"config field {name!r} has the key {shorten(odd[0])}, which is not allowed: its "
                                   "keys are parameter names (text).")
         ALGORITHMS[self.method].check_params(self.method_params)
-        params = {k: v for k, v in self.partition.items() if k not in ("kind", "subsample")}
+        kind = self.partition["kind"]
         try:
-            validate_partition_args(self.partition["kind"], self.num_clients, **params)
+            validate_partition_args(kind, self.num_clients, **{k: v for k, v in self.partition.items()
+                                                               if k not in ("kind", "subsample")})
         except PartitionError as exc:
+            if exc.refusal is not None:
+                context = f" for partition kind {kind!r}"
+                raise ConfigError(exc.refusal.within("partition").sentence(context=context)) from None
             where = f"config field 'partition.{exc.param}'" if exc.param else "config field 'partition'"
             raise ConfigError(f"{where} is not allowed: {exc}") from None
-        fraction = self.partition.get("subsample", 1.0)
-        if not _is_number(fraction) or not 0 < fraction <= 1:
-            raise ConfigError(f"config field 'partition' has subsample = {shorten(fraction)}, which is not allowed: "
-                              "it must be a fraction in (0, 1] of each client's training samples.")
+        refusal = first_refusal({"subsample": SUBSAMPLE}, self.partition)
+        if refusal is not None:
+            raise ConfigError(refusal.within("partition").sentence())
         if self.shift is not None:
-            from .data.shifts import ShiftError, check_shift
-
             try:
                 check_shift(self.shift)
             except ShiftError as exc:
+                if exc.refusal is not None:
+                    context = f" for shift {self.shift['kind']!r}"
+                    raise ConfigError(exc.refusal.within("shift").sentence(context=context)) from None
                 raise ConfigError(f"config field 'shift': {exc}") from None
             acts = {"rotation": "a rotation turns images", "corruption": "a corruption changes images"}
             if self.shift["kind"] in acts and isinstance(shape, TextShape):
@@ -279,6 +316,53 @@ class ExperimentConfig:
                               f"float32 tensors and the models the server keeps), and this machine has "
                               f"{have / 2**30:.1f} GiB: lower num_clients, partition.samples_per_client or the "
                               "method's model count.")
+
+
+#: Every config field's spec, in declaration order (from the dataclass fields' metadata).
+FIELDS: dict[str, Field] = {f.name: f.metadata["spec"] for f in dataclasses.fields(ExperimentConfig)}
+
+
+#: The page :func:`reference_page` writes, relative to the project root.
+REFERENCE_PAGE = "docs/config.md"
+
+
+def reference_page() -> str:
+    """``docs/config.md``: the tables of every user-facing field, made from the same specs that
+    validate them (the run config, each partition kind, each shift, each method)."""
+    from .algorithms import ALGORITHMS
+    from .data.partition import KINDS, SUBSAMPLE
+    from .data.shifts import PARAMETERS, SHIFTS
+
+    parts = ["# Config reference\n",
+             "Every field a run takes, what it allows and its default. This page is generated from the fields' "
+             "specs (`pflcore.spec.Field`), the same ones that check a config before any work starts, by "
+             "`pflcore.config.write_reference()`; a test fails when it is out of date. A bad value is refused "
+             "with one sentence naming the field, the value and what is allowed.\n",
+             "## The run config\n",
+             "The fields of `ExperimentConfig` (a YAML file's top-level keys, `pflcore run --set field=value`).\n",
+             markdown_table(FIELDS),
+             "## Partition kinds\n",
+             "`partition: {kind: ..., <parameters>}`. Any kind also takes `subsample`:\n",
+             markdown_table({"subsample": SUBSAMPLE})]
+    for name, kind in KINDS.items():
+        parts += [f"### `{name}`\n", f"{kind.doc[0].upper()}{kind.doc[1:]}.\n", markdown_table(kind.params)]
+    parts += ["## Shifts\n", "`shift: {kind: ..., <parameters>}`, or null for none.\n"]
+    for name, doc in SHIFTS.items():
+        parts += [f"### `{name}`\n", f"{doc[0].upper()}{doc[1:]}.\n", markdown_table(PARAMETERS[name])]
+    parts += ["## Method parameters\n", "`method_params: {<parameter>: value}` for the config's `method`.\n"]
+    for name in sorted(ALGORITHMS):
+        method = ALGORITHMS[name]
+        parts += [f"### `{name}`\n", *([f"{method.paper}.\n"] if method.paper else []),
+                  markdown_table(method.hyperparams) if method.hyperparams else "No parameters.\n"]
+    return "\n".join(parts)
+
+
+def write_reference(root: str | Path | None = None) -> Path:
+    """Write :func:`reference_page` to ``docs/config.md`` under ``root`` (the project root by
+    default); returns the path."""
+    path = Path(root or Path(__file__).resolve().parents[1]) / REFERENCE_PAGE
+    path.write_text(reference_page(), encoding="utf-8")
+    return path
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -319,18 +403,18 @@ def memory_estimate(config: ExperimentConfig, shape: Any) -> int:
     from .data.sources import TextShape
 
     p = config.partition
-    per_client = [v for v in (p.get("samples_per_client"),) if _is_int(v)]
+    per_client = [v for v in (p.get("samples_per_client"),) if is_int(v)]
     per_client += [max(v) for v in (p.get("size_choices"),) if isinstance(v, (list, tuple)) and v
-                   and all(_is_int(x) for x in v)]
-    if _is_int(p.get("shards_per_client")) and _is_int(p.get("shard_size")):
+                   and all(is_int(x) for x in v)]
+    if is_int(p.get("shards_per_client")) and is_int(p.get("shard_size")):
         per_client.append(p["shards_per_client"] * p["shard_size"])
     test = p.get("test_fraction")
-    test = test if _is_number(test) and 0 < test <= 1 else 0.5
+    test = test if is_number(test) and 0 < test <= 1 else 0.5
     sample = 8 * shape.seq_len if isinstance(shape, TextShape) else 4 * shape[0] * shape[1] * shape[1]
     samples = config.num_clients * min(max(per_client, default=0), 10**15) * (1 + test)  # 10**15: no machine's
     count_name = MODEL_COUNTS.get(config.method)
     count = config.method_params.get(count_name, 0) if count_name else 0
-    copies = 1 + (min(count, 10**6) if _is_int(count) and count > 0 else 0)
+    copies = 1 + (min(count, 10**6) if is_int(count) and count > 0 else 0)
     return int(samples * (sample + 16)) + copies * _model_bytes(config.model, shape)
 
 
@@ -409,15 +493,3 @@ def model_problem(model: str, dataset: str, shape: tuple[int, int, int] | TextSh
     except RuntimeError:
         return f"it cannot take the {channels}x{size}x{size} images of {dataset!r} (its layers need larger ones); try 'mlp'"
     return None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    """A finite int or float (not a bool): NaN and infinity are never allowed, nor an integer
-    too large to be a float (10**400: training would overflow)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return False
-    return abs(value) <= sys.float_info.max if isinstance(value, int) else math.isfinite(value)

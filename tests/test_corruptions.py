@@ -348,16 +348,16 @@ def test_shift_through_build_data(make_config):
 
 @pytest.mark.parametrize("shift,needle", [
     ({"kind": "corruption", "corruptions": ["fog", "snow"]}, "'snow'"),
-    ({"kind": "corruption", "corruptions": []}, "'corruptions'"),
-    ({"kind": "corruption", "corruptions": ["fog", "fog"]}, "'corruptions'"),
-    ({"kind": "corruption", "corruptions": "fog"}, "'corruptions'"),
-    ({"kind": "corruption", "severity": 0}, "'severity'"),
-    ({"kind": "corruption", "severity": 6}, "'severity'"),
-    ({"kind": "corruption", "severity": 2.5}, "'severity'"),
-    ({"kind": "corruption", "fraction": 1.5}, "'fraction'"),
-    ({"kind": "corruption", "fraction": -0.1}, "'fraction'"),
-    ({"kind": "corruption", "fraction": "half"}, "'fraction'"),
-    ({"kind": "corruption", "assignment": "random"}, "'assignment'"),
+    ({"kind": "corruption", "corruptions": []}, "'shift.corruptions'"),
+    ({"kind": "corruption", "corruptions": ["fog", "fog"]}, "'shift.corruptions'"),
+    ({"kind": "corruption", "corruptions": "fog"}, "'shift.corruptions'"),
+    ({"kind": "corruption", "severity": 0}, "'shift.severity'"),
+    ({"kind": "corruption", "severity": 6}, "'shift.severity'"),
+    ({"kind": "corruption", "severity": 2.5}, "'shift.severity'"),
+    ({"kind": "corruption", "fraction": 1.5}, "'shift.fraction'"),
+    ({"kind": "corruption", "fraction": -0.1}, "'shift.fraction'"),
+    ({"kind": "corruption", "fraction": "half"}, "'shift.fraction'"),
+    ({"kind": "corruption", "assignment": "random"}, "'shift.assignment'"),
     ({"kind": "corruption", "groups": 2}, "'groups'"),
 ])
 def test_bad_corruption_specs_are_refused(make_config, shift, needle):

@@ -42,15 +42,13 @@ FIELDS = [f.name for f in dataclasses.fields(ExperimentConfig)]
 
 def _names() -> set[str]:
     """Every name a refusal may cite: config fields, method, partition and shift parameters."""
-    import inspect
-
     names = set(FIELDS) | {"kind", "subsample", "config", "YAML", "key"}
     for algorithm in ALGORITHMS.values():
         names |= set(getattr(algorithm, "hyperparams", {}) or {})
     for kind in KINDS.values():
-        names |= {n for n, p in inspect.signature(kind.partition).parameters.items() if p.kind is p.KEYWORD_ONLY}
+        names |= set(kind.params)
     for params in SHIFT_PARAMETERS.values():
-        names |= params
+        names |= set(params)
     return names
 
 
@@ -121,7 +119,7 @@ def _param_value(spec, careful: bool) -> st.SearchStrategy:
     if kind is bool:
         good = st.booleans()
     elif spec.choices is not None:
-        good = st.sampled_from(list(spec._choices()) or [spec.default])
+        good = st.sampled_from(spec.choice_list() or [spec.default])
     elif kind is int:
         low = 0 if spec.low is None else int(math.ceil(spec.low)) + (1 if spec.low_open else 0)
         high = low + 2 if spec.high is None else min(int(spec.high) - (1 if spec.high_open else 0), low + 2)
@@ -156,12 +154,9 @@ PLAIN_KINDS = ["iid", "dominant", "pathological", "dirichlet", "quantity", "fedf
 
 @st.composite
 def partitions(draw, careful=st.booleans()):
-    import inspect
-
     careful = draw(careful) if not isinstance(careful, bool) else careful
     kind = draw(st.sampled_from(PLAIN_KINDS if careful else sorted(KINDS) + ["nosuch"]))
-    names = [] if kind == "nosuch" else [n for n, p in inspect.signature(KINDS[kind].partition).parameters.items()
-                                         if p.kind is p.KEYWORD_ONLY]
+    names = [] if kind == "nosuch" else list(KINDS[kind].params)
     spec = {"kind": kind}
     if not careful:
         for name in draw(st.lists(st.sampled_from(names), unique=True, max_size=3)) if names else []:

@@ -105,13 +105,25 @@ def test_every_kind_has_a_case() -> None:
     assert {c[1] for c in CASES} == set(PARTITIONERS)
 
 
-def test_one_registry_pairs_each_partitioner_with_its_check() -> None:
+def test_one_registry_pairs_each_partitioner_with_its_fields_and_rules() -> None:
+    """A kind's module holds its partitioner and its rules between parameters (a kind without
+    any shares the empty one), and its fields declare exactly the partitioner's keyword-only
+    parameters, in order, with the same defaults."""
+    import inspect
+
     from pflcore.data.partition import KINDS
 
     assert list(KINDS) == list(PARTITIONERS)
     for name, kind in KINDS.items():
+        module = f"pflcore.data.partition.{name}"
         assert kind.name == name and PARTITIONERS[name] is kind.partition
-        assert kind.partition.__module__ == kind.check.__module__ == f"pflcore.data.partition.{name}"
+        assert kind.partition.__module__ == module
+        assert kind.check.__module__ in (module, "pflcore.data.partition.common")
+        signature = inspect.signature(kind.partition).parameters.values()
+        declared = {p.name: p.default for p in signature if p.kind is p.KEYWORD_ONLY}
+        assert list(kind.params) == list(declared), name
+        assert {n: (inspect.Parameter.empty if f.required else f.default) for n, f in kind.params.items()} \
+            == declared, name
 
 
 # ------------------------------------------------------------------ invariants
@@ -427,7 +439,7 @@ BAD: list[tuple[str, int | None, dict[str, Any], str]] = [
     ("dirichlet", 10, {}, "alpha"),
     ("dirichlet", 10, {"alpha": 0.5, "train_fraction": 0.8}, "train_fraction"),
     ("dirichlet", 10, {"alpha": 0.5, "on": "both"}, "on"),
-    ("dominant", 10, {"s": 1.5}, "s=1.5"),
+    ("dominant", 10, {"s": 1.5}, "'s' = 1.5"),
     ("dominant", 10, {"samples_per_client": 0}, "samples_per_client"),
     ("dominant", 10, {"groups": [[0, 1], [1, 11]]}, "groups"),
     ("dominant", 10, {"samples_per_client": 100_000}, "samples_per_client"),

@@ -16,7 +16,6 @@ plain dict (``{"kind": ..., ...}``) so it lives in the experiment config.
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from typing import Any, Callable
 
@@ -28,12 +27,18 @@ from ..streams import CORRUPTION_KEY, SHIFT_KEY
 from ..training import derive_seed
 from .corruptions import CORRUPTIONS, SEVERITIES, cached_corrupt, data_digest
 from ..errors import shorten
+from ..spec import Field, Refusal, first_refusal, unknown_name
 
 ClientTransform = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 class ShiftError(ValueError):
-    """A shift description is not valid; the message is one sentence."""
+    """A shift description is not valid; the message is one sentence. ``refusal``
+    (:class:`~pflcore.spec.Refusal`) is set when a parameter's field refused its value."""
+
+    def __init__(self, message: str, refusal: Refusal | None = None):
+        super().__init__(message)
+        self.refusal = refusal
 
 
 def label_permutations(num_groups: int, num_classes: int, seed: int) -> np.ndarray:
@@ -89,11 +94,11 @@ def corruption_assignment(num_clients: int, spec: dict[str, Any]) -> list[tuple[
     clipped to 5 past 5K corrupted clients (then pairs repeat, with a warning), or
     ``i % 5 + 1`` under ``assignment: upstream`` (the authors' code: with K = 10 only 10
     distinct pairs). ``severity: k`` gives every corrupted client severity k."""
-    check_shift({**spec, "kind": "corruption"})
-    names = [c for c in CORRUPTIONS if c in spec.get("corruptions", CORRUPTIONS)]
-    corrupted = min(num_clients, math.ceil(round(spec.get("fraction", 0.5) * num_clients, 9)))
-    forced = spec.get("severity")
-    upstream = spec.get("assignment", "unique") == "upstream"
+    spec = check_shift({**spec, "kind": "corruption"})
+    names = [c for c in CORRUPTIONS if c in spec["corruptions"]]
+    corrupted = min(num_clients, math.ceil(round(spec["fraction"] * num_clients, 9)))
+    forced = spec["severity"]
+    upstream = spec["assignment"] == "upstream"
     if forced is None and not upstream and corrupted > 5 * len(names):
         warnings.warn(f"{corrupted} corrupted clients but only {5 * len(names)} unique (corruption, severity) "
                       "pairs: the severities of the later clients are clipped to 5 and pairs repeat.",
@@ -137,9 +142,35 @@ def corruption(num_clients: int, seed: int = 0, **spec: Any) -> ClientTransform:
     return transform
 
 
-SHIFTS = {"label_permutation", "rotation", "corruption"}
-PARAMETERS = {"label_permutation": {"groups"}, "rotation": {"groups", "angles"},
-              "corruption": {"fraction", "assignment", "severity", "corruptions"}}
+#: The most groups a shift may have: one client each at most (pflcore.config.MAX_CLIENTS).
+MAX_GROUPS = 100_000
+_GROUPS = Field(5, low=1, high=MAX_GROUPS, why="a group is a set of clients, and a run has at most that many",
+                doc="groups of clients: client i is in group i % groups")
+
+#: Each shift's parameters (:class:`~pflcore.spec.Field`: default, type, range, choices, doc).
+PARAMETERS: dict[str, dict[str, Field]] = {
+    "label_permutation": {"groups": _GROUPS},
+    "rotation": {
+        "groups": _GROUPS,
+        "angles": Field(None, type=list, items=Field(type=float),
+                        doc="each group's angle in degrees, one per group (null: 360 g / groups)"),
+    },
+    "corruption": {
+        "fraction": Field(0.5, low=0, high=1, doc="the share of clients, from the first, that are corrupted"),
+        "assignment": Field("unique", choices=ASSIGNMENTS,
+                            doc="'unique': the paper's distinct (corruption, severity) pairs; 'upstream': the "
+                                "authors' code, severity i % 5 + 1"),
+        "severity": Field(None, type=int, low=min(SEVERITIES), high=max(SEVERITIES),
+                          doc="every corrupted client at this severity (null: as the assignment says)"),
+        "corruptions": Field(CORRUPTIONS, type=list, items=Field(type=str, choices=CORRUPTIONS), min_length=1,
+                             distinct=True, doc="the corruptions used, kept in the default's order"),
+    },
+}
+#: The shift kinds, each with one line for the documentation.
+SHIFTS = {"label_permutation": "concept shift: each group of clients relabels its classes by its own permutation "
+                               "(FedPAC section 6.2)",
+          "rotation": "feature skew: each group's images are rotated by its own angle (FedPAC appendix C.10)",
+          "corruption": "covariate shift: the first clients' images carry a common corruption (pFedFDA section 5)"}
 
 
 def make_shift(spec: dict[str, Any], num_classes: int, seed: int, num_clients: int | None = None) -> ClientTransform:
@@ -156,51 +187,22 @@ def make_shift(spec: dict[str, Any], num_classes: int, seed: int, num_clients: i
     return rotation(**params)
 
 
-#: The most groups a shift may have: one client each at most (pflcore.config.MAX_CLIENTS).
-MAX_GROUPS = 100_000
-
-
-def check_shift(spec: Any) -> None:
-    """Raise ShiftError (one sentence) unless ``spec`` describes a known shift."""
+def check_shift(spec: Any) -> dict[str, Any]:
+    """Raise ShiftError (one sentence) unless ``spec`` describes a known shift; return its
+    parameters with the defaults filled in. Each value is checked by its field, then the one
+    rule between parameters: a rotation's angles, one per group."""
     if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str) or spec["kind"] not in SHIFTS:
         raise ShiftError(f"shift {shorten(spec)} is not allowed: use a mapping with 'kind' one of {sorted(SHIFTS)}.")
-    allowed = PARAMETERS[spec["kind"]]
-    extra = set(spec) - allowed - {"kind"}
-    if extra:
-        raise ShiftError(f"shift {shorten(spec['kind'])} has no parameter {shorten(sorted(extra)[0])}; "
-                         f"its parameters are {sorted(allowed)}.")
-    if spec["kind"] == "corruption":
-        _check_corruption(spec)
-        return
-    groups = spec.get("groups", 5)
-    if not isinstance(groups, int) or isinstance(groups, bool) or not 1 <= groups <= MAX_GROUPS:
-        raise ShiftError(f"shift parameter 'groups' = {shorten(groups)} is not allowed: it must be an integer in "
-                         f"[1, {MAX_GROUPS}] (a group is a set of clients, and a run has at most that many).")
-    angles = spec.get("angles")
-    if angles is not None and (not isinstance(angles, (list, tuple)) or len(angles) != groups
-                               or not all(isinstance(a, (int, float)) for a in angles)):
-        raise ShiftError(f"shift parameter 'angles' = {shorten(angles)} is not allowed: give one angle in degrees "
-                         f"per group ({groups}).")
-
-
-def _check_corruption(spec: dict[str, Any]) -> None:
-    fraction = spec.get("fraction", 0.5)
-    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 <= fraction <= 1:
-        raise ShiftError(f"shift parameter 'fraction' = {shorten(fraction)} is not allowed: it must be a number in [0, 1] "
-                         "(the share of clients, from the first, that are corrupted).")
-    assignment = spec.get("assignment", "unique")
-    if assignment not in ASSIGNMENTS:
-        raise ShiftError(f"shift parameter 'assignment' = {shorten(assignment)} is not allowed: use one of "
-                         f"{list(ASSIGNMENTS)}.")
-    severity = spec.get("severity")
-    if severity is not None and (isinstance(severity, bool) or not isinstance(severity, numbers.Integral)
-                                 or severity not in SEVERITIES):
-        raise ShiftError(f"shift parameter 'severity' = {shorten(severity)} is not allowed: it must be an integer 1..5.")
-    names = spec.get("corruptions", CORRUPTIONS)
-    if not isinstance(names, (list, tuple)) or not names or len(set(map(str, names))) != len(names):
-        raise ShiftError(f"shift parameter 'corruptions' = {shorten(names)} is not allowed: give a list of distinct "
-                         f"corruption names from {list(CORRUPTIONS)}.")
-    unknown = [n for n in names if n not in CORRUPTIONS]
-    if unknown:
-        raise ShiftError(f"shift parameter 'corruptions' names an unknown corruption {shorten(unknown[0])}: use names from "
-                         f"{list(CORRUPTIONS)}.")
+    kind, fields = spec["kind"], PARAMETERS[spec["kind"]]
+    params = {k: v for k, v in spec.items() if k != "kind"}
+    unknown = next((k for k in params if k not in fields), None)
+    if unknown is not None:
+        raise ShiftError(unknown_name(f"shift {kind!r}", unknown, fields))
+    refusal = first_refusal(fields, params)
+    if refusal is not None:
+        raise ShiftError(refusal.sentence("shift parameter", f" for shift {kind!r}"), refusal)
+    bound = {name: params.get(name, field.default) for name, field in fields.items()}
+    if kind == "rotation" and bound["angles"] is not None and len(bound["angles"]) != bound["groups"]:
+        refusal = Refusal("angles", bound["angles"], f"give one angle in degrees per group ({bound['groups']})")
+        raise ShiftError(refusal.sentence("shift parameter", f" for shift {kind!r}"), refusal)
+    return bound

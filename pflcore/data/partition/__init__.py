@@ -25,39 +25,44 @@ Conventions (all partitioners):
   ``info["recycled_test"]`` and one :class:`RecyclingWarning` is emitted.
 
 Kinds (:data:`KINDS`, one module each in this package, holding its partitioner and its
-label-free check): ``dominant``, ``pathological``, ``dirichlet``, ``iid``, ``quantity``,
+parameter fields and label-free rules): ``dominant``, ``pathological``, ``dirichlet``, ``iid``, ``quantity``,
 ``natural``, ``given`` (the split a dataset came with), ``pfllib_dirichlet`` and
 ``pfllib_pathological`` (PFLlib's generators, as FedCP used them), ``fedfa_shards`` and
 ``fedfa_dirichlet`` (FedFA's label skews: FedLab's shards and capped hetero-Dirichlet over
 the train split) and ``domains`` (one domain of a multi-domain dataset per client,
 pFedFDA appendix D.1); plus the transform
 :func:`subsample`.  A new kind is a new module defining
-``KIND = PartitionKind(name, partition=..., check=...)`` plus its name in ``_KIND_MODULES``.
+``KIND = PartitionKind(name, partition=..., params={...: Field(...)}, check=...)`` plus its
+name in ``_KIND_MODULES``.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from . import common
 from .common import (
+    COUNT,
+    SEED,
+    SUBSAMPLE,
     Context,
     Partition,
     PartitionError,
     PartitionKind,
     RecyclingWarning,
     Result,
-    is_int,
-    need_int,
+    check_value,
+    plain,
     pool_labels,
     subsample,
 )
 from ...errors import shorten
+from ...spec import first_refusal, missing_name, unknown_name
 
 __all__ = [
     "KINDS",
@@ -66,6 +71,7 @@ __all__ = [
     "PartitionError",
     "PartitionKind",
     "RecyclingWarning",
+    "SUBSAMPLE",
     "make_partition",
     "pool_labels",
     "subsample",
@@ -92,47 +98,45 @@ KINDS: dict[str, PartitionKind] = _collect(_KIND_MODULES)
 
 PARTITIONERS: dict[str, Callable[..., Result]] = {name: kind.partition for name, kind in KINDS.items()}
 """Registry of partition kinds: ``kind -> partitioner(ctx, **params)``.  The accepted
-parameter names and defaults are the keyword-only parameters of each function."""
+parameters, their defaults and what each allows are the kind's fields, ``KINDS[kind].params``."""
 
 
 def _bind_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Named parameters of ``kind`` with defaults applied; unknown/missing -> error."""
-    if kind not in KINDS:
+    """Named parameters of ``kind`` with defaults applied, each checked by its field;
+    unknown, missing or refused -> error."""
+    if not isinstance(kind, str) or kind not in KINDS:
         raise PartitionError(f"kind={shorten(kind)} is unknown; allowed kinds: {', '.join(sorted(KINDS))}.",
                              param="kind")
-    sig = inspect.signature(KINDS[kind].partition)
-    names = [n for n, prm in sig.parameters.items() if prm.kind is inspect.Parameter.KEYWORD_ONLY]
-    unknown = sorted(set(params) - set(names))
-    if unknown:
-        raise PartitionError(
-            f"parameter {shorten(unknown[0])} is unknown for kind {shorten(kind)}; allowed: {', '.join(names)}.",
-            param=unknown[0],
-        )
-    bound: dict[str, Any] = {}
-    for n in names:
-        if n in params:
-            bound[n] = params[n]
-        elif sig.parameters[n].default is inspect.Parameter.empty:
-            raise PartitionError(f"parameter {shorten(n)} is required for kind {shorten(kind)}.", param=n)
-        else:
-            bound[n] = sig.parameters[n].default
+    fields = KINDS[kind].params
+    owner = f"partition kind {kind!r}"
+    unknown = next((name for name in params if name not in fields), None)
+    if unknown is not None:
+        raise PartitionError(unknown_name(owner, unknown, fields), param=str(unknown))
+    missing = next((name for name, spec in fields.items() if spec.required and name not in params), None)
+    if missing is not None:
+        raise PartitionError(missing_name(owner, missing, fields[missing]), param=missing)
+    bound = {name: plain(params[name], spec) if name in params else spec.default for name, spec in fields.items()}
+    refusal = first_refusal(fields, bound)
+    if refusal is not None:
+        raise common.refuse(kind, refusal)
     return bound
 
 
 def validate_partition_args(
     kind: str, num_clients: int | None = None, *, num_classes: int | None = None, **params: Any
 ) -> dict[str, Any]:
-    """Check everything that does not need the labels (kind, parameter names, types and
-    ranges) and return the parameters with defaults applied.  Used by
-    :func:`make_partition` and by config validation; raises :class:`PartitionError`."""
+    """Check everything that does not need the labels (kind, parameter names, each value
+    against its field, then the kind's rules between parameters) and return the parameters
+    with defaults applied.  Used by :func:`make_partition` and by config validation; raises
+    :class:`PartitionError`."""
     bound = _bind_params(kind, params)
     if num_clients is None:
         if not KINDS[kind].infers_num_clients:
             raise PartitionError(f"num_clients is required for kind {shorten(kind)} (an integer >= 1).", param="num_clients")
     else:
-        need_int(kind, "num_clients", num_clients, 1)
+        check_value(kind, "num_clients", COUNT, plain(num_clients))
     if num_classes is not None:
-        need_int(kind, "num_classes", num_classes, 1)
+        check_value(kind, "num_classes", COUNT, plain(num_classes))
     KINDS[kind].check(bound, num_classes)
     return bound
 
@@ -164,10 +168,10 @@ def make_partition(
     be ``None`` only for ``kind="natural"`` (inferred from the ids).  All arguments are
     validated before any work; problems raise :class:`PartitionError`.
     """
+    num_clients, num_classes, seed = plain(num_clients), plain(num_classes), plain(seed)
     bound = validate_partition_args(kind, num_clients, num_classes=num_classes, **params)
     spec = KINDS[kind]
-    if not is_int(seed) or seed < 0:
-        raise PartitionError(f"seed={shorten(seed)} is invalid: it must be an integer >= 0.")
+    check_value(kind, "seed", SEED, seed)
     train_labels = _as_labels("train_labels", train_labels)
     test_labels = _as_labels("test_labels", test_labels)
     top = int(max(train_labels.max(initial=-1), test_labels.max(initial=-1)))

@@ -2,7 +2,8 @@
 
 The result type :class:`Partition` and its JSON form, :class:`PartitionError` (with
 ``param`` naming the parameter at fault), :class:`PartitionKind` (one registry entry:
-a partitioner and its label-free check), the ``need_*`` parameter checks, exact
+a partitioner, its parameter fields and its label-free rules between them), the fields
+several kinds share and the refusal of a value (:func:`check_value`), exact
 integer splits (round half up, largest remainder), class-pool draws with recycling,
 the per-client stratified train/test split, and the :func:`subsample` transform.
 """
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from ...errors import shorten
+from ...spec import REQUIRED, Field, Refusal
 
 _FORMAT_VERSION = 1
 _SPLITS = ("train", "test", "all")
@@ -23,11 +26,13 @@ _SPLITS = ("train", "test", "all")
 
 class PartitionError(ValueError):
     """A partition argument is invalid or the requested partition is infeasible;
-    ``param`` names the partition parameter at fault, when there is one."""
+    ``param`` names the partition parameter at fault, when there is one, and ``refusal``
+    (:class:`~pflcore.spec.Refusal`) is set when its field refused the value."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None, refusal: Refusal | None = None):
         super().__init__(message)
         self.param = param
+        self.refusal = refusal
 
 
 class RecyclingWarning(UserWarning):
@@ -173,9 +178,8 @@ def subsample(partition: Partition, fraction: float, seed: int) -> Partition:
     larger ones.  ``kind`` gains a ``"+subsample"`` suffix, ``params["subsample"]`` lists
     the applied ``{"fraction", "seed"}`` steps and ``info["train_sizes_before_subsample"]``
     keeps the original sizes (of the first subsampling)."""
-    need_fraction("subsample", "fraction", fraction)
-    if not is_int(seed) or seed < 0:
-        raise PartitionError(f"seed={shorten(seed)} is invalid: it must be an integer >= 0.")
+    check_value("subsample", "fraction", SUBSAMPLE, plain(fraction))
+    check_value("subsample", "seed", SEED, plain(seed))
     rng = np.random.default_rng(seed)
     new_train = []
     for idx in partition.train:
@@ -230,69 +234,53 @@ def _jsonable(obj: Any) -> Any:
 
 
 # --------------------------------------------------------------------- parameter checks
-# Each need_* raises PartitionError (``param=name``) unless ``v`` is acceptable for ``name``.
-
-
-def is_int(v: Any) -> bool:
-    """An integer (Python or NumPy), not a bool."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def is_real(v: Any) -> bool:
-    """A finite number (not a bool)."""
-    if is_int(v):
-        return abs(int(v)) <= 1.7e308  # an integer too large to be a float is not a usable number
-    return isinstance(v, (float, np.floating)) and math.isfinite(v)
-
 
 #: The most redraws a retrying partitioner may make (each redraws the whole partition).
 MAX_RETRIES = 100_000
+#: Parameter fields several kinds share (a kind may give one its own doc with ``dataclasses.replace``).
+TEST_FRACTION = Field(None, type=float, low=0, high=1, low_open=True,
+                      doc="each client draws round(test_fraction * n_i) test samples (null: the kind's default)")
+TRAIN_FRACTION = Field(None, type=float, low=0, high=1, low_open=True, high_open=True,
+                       doc="with on='union', the share of each client's samples kept for training (null: 0.75)")
+RECYCLE = Field(True, doc="serve a class that runs out from a fresh permutation of its pool (False: refuse)")
+ON = Field("train", choices=("train", "union"), doc="'train': the train split is shared out (test sets follow); "
+                                                   "'union': both splits together, then each client's samples split")
+#: ``subsample``'s fraction (and the config's ``partition.subsample``).
+SUBSAMPLE = Field(1.0, low=0, high=1, low_open=True,
+                  doc="keep this fraction of each client's training samples, chosen at random, test sets unchanged "
+                      "(pFedFDA section 5.1: 0.75, 0.5, 0.25)")
+#: A partition's seed, and its client and class counts.
+SEED = Field(REQUIRED, type=int, low=0)
+COUNT = Field(REQUIRED, type=int, low=1)
 
 
-def need_int(kind: str, name: str, v: Any, lo: int, hi: int | None = None) -> None:
-    if not is_int(v) or v < lo or (hi is not None and v > hi):
-        allowed = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
-        raise PartitionError(f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be {allowed}.",
-                             param=name)
+def plain(value: Any, spec: Field | None = None) -> Any:
+    """NumPy scalars as the Python values they hold and, for a list field, a NumPy array or a
+    sequence as a list of Python values: a partition's Python callers may pass NumPy."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if spec is not None and list in spec.kinds() and isinstance(value, (np.ndarray, list, tuple)):
+        return [plain(v, spec.items) for v in value]
+    return value
 
 
-def need_fraction(kind: str, name: str, v: Any, *, closed_right: bool = True) -> None:
-    ok = is_real(v) and 0 < v and (v <= 1 if closed_right else v < 1)
-    if not ok:
-        interval = "(0, 1]" if closed_right else "(0, 1)"
-        raise PartitionError(f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be a number in {interval}.",
-                             param=name)
+def refuse(kind: str, refusal: Refusal) -> PartitionError:
+    """The error for a parameter value its field refuses."""
+    return PartitionError(refusal.sentence("partition parameter", f" for kind {kind!r}"), param=refusal.name,
+                          refusal=refusal)
 
 
-def need_choice(kind: str, name: str, v: Any, allowed: Sequence[str]) -> None:
-    if v not in allowed:
-        raise PartitionError(
-            f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: allowed values are {', '.join(map(repr, allowed))}.",
-            param=name,
-        )
-
-
-def need_bool(kind: str, name: str, v: Any) -> None:
-    if not isinstance(v, (bool, np.bool_)):
-        raise PartitionError(f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be True or False.", param=name)
+def check_value(kind: str, name: str, spec: Field, value: Any) -> None:
+    """Raise :func:`refuse`'s error unless ``spec`` allows ``value``."""
+    words = spec.problem(value)
+    if words is not None:
+        raise refuse(kind, Refusal(name, value, words))
 
 
 def need_unused(kind: str, name: str, v: Any, why: str) -> None:
+    """A rule between parameters: ``name`` means nothing in this setting, so it must be unset."""
     if v is not None:
         raise PartitionError(f"{name}={shorten(v)} is not used for kind {shorten(kind)} {why}; leave it unset.", param=name)
-
-
-def need_int_list(kind: str, name: str, v: Any, lo: int) -> None:
-    if (
-        isinstance(v, (str, bytes))
-        or not isinstance(v, (Sequence, np.ndarray))
-        or len(v) == 0
-        or not all(is_int(x) and x >= lo for x in v)
-    ):
-        raise PartitionError(
-            f"{name}={shorten(v)} is invalid for kind {shorten(kind)}: it must be a non-empty list of integers >= {lo}.",
-            param=name,
-        )
 
 
 # ----------------------------------------------------------------- exact integer splits
@@ -494,25 +482,35 @@ def _on_union(params: Mapping[str, Any]) -> bool:
     return params.get("on") == "union"
 
 
+def _no_rules(params: dict, num_classes: int | None) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class PartitionKind:
     """One partition kind, as registered in :data:`pflcore.data.partition.KINDS`.
 
     ``partition(ctx, **params) -> (train, test, info)`` draws the clients' index arrays;
-    its keyword-only parameters (and their defaults) are the kind's parameters.
-    ``check(params, num_classes)`` rejects bad parameters before any label is seen
-    (``num_classes`` may be None) and raises :class:`PartitionError`.
+    ``params`` declares its keyword-only parameters (:class:`~pflcore.spec.Field`: default,
+    type, range, choices, doc), from which each value is checked and the documentation
+    table is made. ``check(params, num_classes)`` holds the rules between parameters (one
+    constraining another, or the class count) that a field cannot say, run once every value
+    has passed its field, before any label is seen (``num_classes`` may be None); it raises
+    :class:`PartitionError`.
     ``infers_num_clients``: ``num_clients`` may be None (the data defines the clients).
     ``uses_both_splits(params)``: the kind shares out the union of both splits.
     ``record(params)``: the parameters as stored in :attr:`Partition.params`.
+    ``doc``: one line for the documentation.
     """
 
     name: str
     partition: Callable[..., Result]
-    check: Callable[[dict, int | None], None]
+    params: Mapping[str, Field]
+    check: Callable[[dict, int | None], None] = _no_rules
     infers_num_clients: bool = False
     uses_both_splits: Callable[[Mapping[str, Any]], bool] = _on_union
     record: Callable[[dict], dict] = dict
+    doc: str = ""
 
 
 def draw_train_and_test(

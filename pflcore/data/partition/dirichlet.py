@@ -3,12 +3,17 @@ pFedFDA section 5.1)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .common import (
     MAX_RETRIES,
+    ON,
+    RECYCLE,
+    TEST_FRACTION,
+    TRAIN_FRACTION,
     Context,
     PartitionError,
     PartitionKind,
@@ -17,16 +22,11 @@ from .common import (
     class_pools,
     draw_from_pools,
     draw_train_and_test,
-    is_real,
-    need_bool,
-    need_choice,
-    need_fraction,
-    need_int,
     need_unused,
     round_half_up,
     split_train_test,
 )
-from ...errors import shorten
+from ...spec import REQUIRED, Field
 
 
 def partition(
@@ -106,25 +106,26 @@ def partition(
     return train, test, info
 
 
+PARAMS = {
+    "alpha": Field(REQUIRED, type=float, low=0, low_open=True, doc="the Dirichlet concentration (smaller: more skew)"),
+    "on": ON,
+    "min_size": Field(10, low=0, doc="redraw until every client holds at least this many samples"),
+    "max_retries": Field(100, low=1, high=MAX_RETRIES, doc="the most redraws"),
+    "test_fraction": replace(TEST_FRACTION, doc="with on='train', each client draws round(test_fraction * n_i) "
+                             "test samples in its train proportions (null: the test split shared in the same "
+                             "proportions)"),
+    "train_fraction": TRAIN_FRACTION,
+    "recycle": RECYCLE,
+}
+
+
 def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    k = "dirichlet"
-    alpha = p["alpha"]
-    if not is_real(alpha) or alpha <= 0:
-        raise PartitionError(f"alpha={shorten(alpha)} is invalid for kind 'dirichlet': it must be a number > 0.",
-                             param="alpha")
-    need_choice(k, "on", p["on"], ("train", "union"))
-    need_int(k, "min_size", p["min_size"], 0)
-    need_int(k, "max_retries", p["max_retries"], 1, MAX_RETRIES)
+    """The rules between parameters: each fraction belongs to one setting of ``on``."""
     if p["on"] == "train":
-        need_unused(k, "train_fraction", p["train_fraction"], "unless on='union'")
-        if p["test_fraction"] is not None:
-            need_fraction(k, "test_fraction", p["test_fraction"])
+        need_unused("dirichlet", "train_fraction", p["train_fraction"], "unless on='union'")
     else:
-        need_unused(k, "test_fraction", p["test_fraction"], "when on='union' (use train_fraction)")
-        if p["train_fraction"] is not None:
-            need_fraction(k, "train_fraction", p["train_fraction"], closed_right=False)
-    need_bool(k, "recycle", p["recycle"])
+        need_unused("dirichlet", "test_fraction", p["test_fraction"], "when on='union' (use train_fraction)")
 
 
-KIND = PartitionKind("dirichlet", partition=partition, check=check)
+KIND = PartitionKind("dirichlet", partition=partition, params=PARAMS, check=check,
+                     doc="per-class Dirichlet allocation (FedPAC C.8, FedCP section 4, pFedFDA section 5.1)")

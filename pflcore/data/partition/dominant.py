@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from .common import (
+    RECYCLE,
+    TEST_FRACTION,
     Context,
     PartitionError,
     PartitionKind,
@@ -15,14 +18,10 @@ from .common import (
     client_groups,
     draw_train_and_test,
     even_counts,
-    is_real,
-    need_bool,
-    need_fraction,
-    need_int,
-    need_int_list,
     round_half_up,
 )
 from ...errors import shorten
+from ...spec import Field
 
 
 #: FedPAC's dominant-class groups by number of classes: 10 classes (Fashion-MNIST, CIFAR-10,
@@ -77,12 +76,25 @@ def partition(
     return train, test, info
 
 
+PARAMS = {
+    "samples_per_client": Field(600, low=1, doc="train samples per client (FedPAC: 600)"),
+    "s": Field(0.2, low=0, high=1, doc="the share of a client's samples spread over all classes; the rest go to "
+                                       "its group's dominant classes"),
+    "groups": Field(None, type=list, min_length=1,
+                    items=Field(type=list, items=Field(type=int, low=0), min_length=1, distinct=True),
+                    doc="each group's dominant classes; client i is in group i % len(groups) (null: FedPAC's, for "
+                        "10 or 62 classes)"),
+    "size_choices": Field(None, type=list, items=Field(type=int, low=1), min_length=1,
+                          doc="draw each client's train size from these instead (quantity skew, FedPAC C.6)"),
+    "test_fraction": replace(TEST_FRACTION, doc="round(test_fraction * n) test samples in the train proportions "
+                                                "(null: 0.5)"),
+    "recycle": RECYCLE,
+}
+
+
 def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    need_int("dominant", "samples_per_client", p["samples_per_client"], 1)
-    s = p["s"]
-    if not is_real(s) or not 0 <= s <= 1:
-        raise PartitionError(f"s={shorten(s)} is invalid for kind 'dominant': it must be a number in [0, 1].", param="s")
+    """The rules between parameters and the class count: default groups exist for 10 and 62
+    classes only, and every listed class must exist."""
     groups = p["groups"]
     if groups is None:
         if num_classes is not None and num_classes not in DEFAULT_GROUPS:
@@ -91,25 +103,14 @@ def check(p: dict, num_classes: int | None) -> None:
                 "(defaults exist only for 10 and 62 classes).",
                 param="groups",
             )
-    else:
-        if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or len(groups) == 0:
-            raise PartitionError(f"groups={shorten(groups)} is invalid: it must be a non-empty list of lists of class ids.",
-                                 param="groups")
+    elif num_classes is not None:
         for g in groups:
-            need_int_list("dominant", "groups", g, 0)
-            if len(set(int(x) for x in g)) != len(g):
-                raise PartitionError(f"groups={shorten(groups)} is invalid: a group lists class {g} with repeats.",
-                                     param="groups")
-            if num_classes is not None and max(g) >= num_classes:
+            if max(g) >= num_classes:
                 raise PartitionError(
                     f"groups={shorten(groups)} is invalid: class {max(g)} does not exist (num_classes={num_classes}).",
                     param="groups",
                 )
-    if p["size_choices"] is not None:
-        need_int_list("dominant", "size_choices", p["size_choices"], 1)
-    if p["test_fraction"] is not None:
-        need_fraction("dominant", "test_fraction", p["test_fraction"])
-    need_bool("dominant", "recycle", p["recycle"])
 
 
-KIND = PartitionKind("dominant", partition=partition, check=check)
+KIND = PartitionKind("dominant", partition=partition, params=PARAMS, check=check,
+                     doc="dominant-class groups (FedPAC appendix B.2, C.1, C.6, C.9)")

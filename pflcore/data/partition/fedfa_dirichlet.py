@@ -4,20 +4,10 @@ authors made it with FedLab's hetero-Dirichlet partitioner, minimum client size 
 
 from __future__ import annotations
 
-from .common import (
-    MAX_RETRIES,
-    Context,
-    PartitionError,
-    PartitionKind,
-    Result,
-    is_real,
-    need_bool,
-    need_fraction,
-    need_int,
-)
-from .fedfa_shards import proportional_test
+from .common import MAX_RETRIES, RECYCLE, Context, PartitionKind, Result
+from .fedfa_shards import PROPORTIONAL_TEST, proportional_test
 from .pfllib_dirichlet import capped_dirichlet
-from ...errors import shorten
+from ...spec import REQUIRED, Field
 
 
 def partition(
@@ -52,17 +42,13 @@ def partition(
     return train, test, info
 
 
-def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    k = "fedfa_dirichlet"
-    alpha = p["alpha"]
-    if not is_real(alpha) or alpha <= 0:
-        raise PartitionError(f"alpha={shorten(alpha)} is invalid for kind {shorten(k)}: it must be a number > 0.", param="alpha")
-    need_int(k, "min_size", p["min_size"], 0)
-    need_int(k, "max_retries", p["max_retries"], 1, MAX_RETRIES)
-    if p["test_fraction"] is not None:
-        need_fraction(k, "test_fraction", p["test_fraction"])
-    need_bool(k, "recycle", p["recycle"])
+PARAMS = {
+    "alpha": Field(REQUIRED, type=float, low=0, low_open=True, doc="the Dirichlet concentration (FedFA: 0.1, 0.5)"),
+    "min_size": Field(10, low=0, doc="redraw until every client holds at least this many train samples"),
+    "max_retries": Field(1000, low=1, high=MAX_RETRIES, doc="the most redraws"),
+    "test_fraction": PROPORTIONAL_TEST,
+    "recycle": RECYCLE,
+}
 
-
-KIND = PartitionKind("fedfa_dirichlet", partition=partition, check=check)
+KIND = PartitionKind("fedfa_dirichlet", partition=partition, params=PARAMS,
+                     doc="FedFA's capped hetero-Dirichlet label skew over the train split (FedFA section 5)")

@@ -7,11 +7,14 @@ Also holds :func:`proportional_test`, the test-set rule that ``fedfa_dirichlet``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .common import (
+    RECYCLE,
+    TEST_FRACTION,
     Context,
     PartitionError,
     PartitionKind,
@@ -19,11 +22,9 @@ from .common import (
     apportion,
     check_demand,
     draw_from_pools,
-    need_bool,
-    need_fraction,
-    need_int,
     round_half_up,
 )
+from ...spec import Field
 
 
 def proportional_test(
@@ -105,15 +106,16 @@ def partition(
     return train, test, info
 
 
-def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    k = "fedfa_shards"
-    need_int(k, "shards_per_client", p["shards_per_client"], 1)
-    if p["shard_size"] is not None:
-        need_int(k, "shard_size", p["shard_size"], 1)
-    if p["test_fraction"] is not None:
-        need_fraction(k, "test_fraction", p["test_fraction"])
-    need_bool(k, "recycle", p["recycle"])
+#: FedFA's test sets: proportional to each client's train classes (see :func:`proportional_test`).
+PROPORTIONAL_TEST = replace(TEST_FRACTION, doc="each client draws round(test_fraction * n_i) test samples in its "
+                                               "train proportions (null: the test split shared in proportion)")
 
+PARAMS = {
+    "shards_per_client": Field(2, low=1, doc="label-sorted shards each client receives (FedFA's #C = 2)"),
+    "shard_size": Field(None, type=int, low=1, doc="samples per shard (null: n_train / (shards_per_client * N))"),
+    "test_fraction": PROPORTIONAL_TEST,
+    "recycle": RECYCLE,
+}
 
-KIND = PartitionKind("fedfa_shards", partition=partition, check=check)
+KIND = PartitionKind("fedfa_shards", partition=partition, params=PARAMS,
+                     doc="label-sorted shards, a few per client (FedFA section 5, after FedAvg's shards)")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .common import Context, PartitionError, PartitionKind, Result, group_by_owner
+from ...spec import Field
 
 
 def partition(
@@ -47,6 +48,14 @@ def partition(
     return train, test, {}
 
 
+PARAMS = {
+    "train_owners": Field(None, words="one client index per sample",
+                          doc="the client of each train-split sample (the engine passes the dataset's own)"),
+    "test_owners": Field(None, words="one client index per sample",
+                         doc="the client of each test-split sample (likewise)"),
+}
+
+
 def check(p: dict, num_classes: int | None) -> None:
     """Reject bad parameters before any label is seen (the owners come with the data)."""
     if (p["train_owners"] is None) != (p["test_owners"] is None):
@@ -60,6 +69,7 @@ def record(params: dict[str, Any]) -> dict[str, Any]:
 
 
 KIND = PartitionKind(
-    "given", partition=partition, check=check, infers_num_clients=True,
+    "given", partition=partition, params=PARAMS, check=check, infers_num_clients=True,
     uses_both_splits=lambda params: True, record=record,
+    doc="the split a dataset shipped already federated came with (PFLlib's format, FedCP section 4)",
 )

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .common import (
+    RECYCLE,
+    TEST_FRACTION,
     Context,
     PartitionKind,
     Result,
-    need_bool,
-    need_fraction,
-    need_int,
     round_half_up,
     single_pool_draw,
 )
+from ...spec import Field
 
 
 def partition(
@@ -46,13 +48,12 @@ def partition(
     return single_pool_draw(ctx, train_sizes.astype(np.int64), test_sizes.astype(np.int64), recycle)
 
 
-def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    if p["samples_per_client"] is not None:
-        need_int("iid", "samples_per_client", p["samples_per_client"], 1)
-    if p["test_fraction"] is not None:
-        need_fraction("iid", "test_fraction", p["test_fraction"])
-    need_bool("iid", "recycle", p["recycle"])
+PARAMS = {
+    "samples_per_client": Field(None, type=int, low=1, doc="train samples each client draws (null: the train split "
+                                                           "cut into num_clients near-equal parts)"),
+    "test_fraction": replace(TEST_FRACTION, doc="round(test_fraction * n_i) test samples per client (null: 0.5 with "
+                                                "samples_per_client, else the test split cut like the train split)"),
+    "recycle": RECYCLE,
+}
 
-
-KIND = PartitionKind("iid", partition=partition, check=check)
+KIND = PartitionKind("iid", partition=partition, params=PARAMS, doc="label-IID split (FedFA appendix: without skew)")

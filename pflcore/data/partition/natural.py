@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .common import (
+    TRAIN_FRACTION,
     Context,
     PartitionError,
     PartitionKind,
     Result,
     group_by_owner,
-    need_fraction,
     need_unused,
     split_train_test,
 )
+from ...spec import Field
 
 
 def partition(
@@ -79,8 +81,20 @@ def partition(
     return train, test, info
 
 
+PARAMS = {
+    "ids": Field(None, words="one id per sample",
+                 doc="one id per pooled sample (train split, then test split); each distinct id is a client"),
+    "train_ids": Field(None, words="one id per sample",
+                       doc="one id per train-split sample (instead of ids)"),
+    "test_ids": Field(None, words="one id per sample",
+                      doc="with train_ids, one id per test-split sample: the splits are kept as given"),
+    "train_fraction": replace(TRAIN_FRACTION, doc="without test_ids, the share of each client's samples kept for "
+                                                  "training (null: 0.75)"),
+}
+
+
 def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
+    """The rules between parameters: ids, or train_ids (optionally with test_ids)."""
     ids, train_ids, test_ids = p["ids"], p["train_ids"], p["test_ids"]
     if ids is not None and (train_ids is not None or test_ids is not None):
         raise PartitionError(
@@ -95,8 +109,6 @@ def check(p: dict, num_classes: int | None) -> None:
         )
     if test_ids is not None:
         need_unused("natural", "train_fraction", p["train_fraction"], "when test_ids is given")
-    elif p["train_fraction"] is not None:
-        need_fraction("natural", "train_fraction", p["train_fraction"], closed_right=False)
 
 
 def record(params: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +121,7 @@ def record(params: dict[str, Any]) -> dict[str, Any]:
 
 
 KIND = PartitionKind(
-    "natural", partition=partition, check=check, infers_num_clients=True,
+    "natural", partition=partition, params=PARAMS, check=check, infers_num_clients=True,
     uses_both_splits=lambda params: True, record=record,
+    doc="one client per distinct sample id (EMNIST writers, pFedFDA section 5.1)",
 )

@@ -4,11 +4,16 @@ section 4)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .common import (
+    ON,
+    RECYCLE,
+    TEST_FRACTION,
+    TRAIN_FRACTION,
     Context,
     PartitionError,
     PartitionKind,
@@ -19,17 +24,12 @@ from .common import (
     draw_from_pools,
     draw_train_and_test,
     even_counts,
-    is_int,
-    need_bool,
-    need_choice,
-    need_fraction,
-    need_int,
-    need_int_list,
     need_unused,
     round_half_up,
     split_train_test,
 )
 from ...errors import shorten
+from ...spec import REQUIRED, Field
 
 
 def partition(
@@ -62,10 +62,10 @@ def partition(
     """
     num_clients, num_classes, rng = ctx.num_clients, ctx.num_classes, ctx.rng
     assert num_clients is not None
-    if is_int(classes_per_client):
-        per_group = [int(classes_per_client)]  # type: ignore[arg-type]
+    if isinstance(classes_per_client, (list, tuple, np.ndarray)):
+        per_group = [int(c) for c in classes_per_client]
     else:
-        per_group = [int(c) for c in classes_per_client]  # type: ignore[union-attr]
+        per_group = [int(classes_per_client)]
     n_groups = num_groups if num_groups is not None else len(per_group)
     if len(per_group) == 1:
         per_group = per_group * n_groups
@@ -144,26 +144,38 @@ def balanced_class_sets(sizes: Sequence[int], num_classes: int, rng: np.random.G
                          "draws; use class_sets='random'.", param="class_sets")
 
 
+PARAMS = {
+    "classes_per_client": Field(REQUIRED, type=(int, list), low=1, items=Field(type=int, low=1), min_length=1,
+                                doc="#C, the classes each client holds, or one count per group (FedPAC C.7: "
+                                    "[3, 3, 5, 5, 8])"),
+    "class_sets": Field("random", choices=("random", "clustered", "balanced"),
+                        doc="how a client's classes are chosen: at random, shared within a group, or balanced so "
+                            "that every class is held equally often"),
+    "num_groups": Field(None, type=int, low=1, doc="groups of clients (client i in group i % num_groups)"),
+    "samples_per_client": Field(600, type=int, low=1, nullable=True,
+                                doc="train samples per client, balanced over its classes (null: the classes' "
+                                    "samples shared out, disjoint)"),
+    "on": ON,
+    "test_fraction": replace(TEST_FRACTION, doc="with samples_per_client, round(test_fraction * n) test samples "
+                                                "(null: 0.5)"),
+    "train_fraction": TRAIN_FRACTION,
+    "recycle": RECYCLE,
+}
+
+
 def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
+    """The rules between parameters and the class count."""
     k = "pathological"
     cpc = p["classes_per_client"]
-    if is_int(cpc):
-        need_int(k, "classes_per_client", cpc, 1)
-        per_group = [int(cpc)]
-    else:
-        need_int_list(k, "classes_per_client", cpc, 1)
-        per_group = [int(c) for c in cpc]
+    per_group = [int(c) for c in cpc] if isinstance(cpc, list) else [int(cpc)]
     if num_classes is not None and max(per_group) > num_classes:
         raise PartitionError(
             f"classes_per_client={shorten(cpc)} is invalid: a client cannot hold more than "
             f"num_classes={num_classes} classes.",
             param="classes_per_client",
         )
-    need_choice(k, "class_sets", p["class_sets"], ("random", "clustered", "balanced"))
     ng = p["num_groups"]
     if ng is not None:
-        need_int(k, "num_groups", ng, 1)
         if len(per_group) > 1 and ng != len(per_group):
             raise PartitionError(
                 f"num_groups={ng} is invalid: classes_per_client lists {len(per_group)} groups; "
@@ -177,25 +189,18 @@ def check(p: dict, num_classes: int | None) -> None:
             param="num_groups",
         )
     spc = p["samples_per_client"]
-    need_choice(k, "on", p["on"], ("train", "union"))
     if spc is not None:
-        need_int(k, "samples_per_client", spc, 1)
         if p["on"] != "train":
             raise PartitionError(
                 f"on={shorten(p['on'])} is invalid for kind 'pathological' with samples_per_client={spc}: "
                 "on='union' requires samples_per_client=None.",
                 param="on",
             )
-        if p["test_fraction"] is not None:
-            need_fraction(k, "test_fraction", p["test_fraction"])
     else:
         need_unused(k, "test_fraction", p["test_fraction"], "when samples_per_client=None")
-    if p["on"] == "union":
-        if p["train_fraction"] is not None:
-            need_fraction(k, "train_fraction", p["train_fraction"], closed_right=False)
-    else:
+    if p["on"] != "union":
         need_unused(k, "train_fraction", p["train_fraction"], "unless on='union'")
-    need_bool(k, "recycle", p["recycle"])
 
 
-KIND = PartitionKind("pathological", partition=partition, check=check)
+KIND = PartitionKind("pathological", partition=partition, params=PARAMS, check=check,
+                     doc="#C classes per client (FedPAC appendix C.7, FedFA section 5, FedCP section 4)")

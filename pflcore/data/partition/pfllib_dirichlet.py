@@ -13,12 +13,10 @@ from .common import (
     PartitionError,
     PartitionKind,
     Result,
-    is_real,
-    need_fraction,
-    need_int,
     split_unstratified,
 )
 from ...errors import shorten
+from ...spec import Field
 
 
 def partition(
@@ -94,15 +92,16 @@ def capped_dirichlet(labels: np.ndarray, num_classes: int, n: int, alpha: float,
     )
 
 
-def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    k = "pfllib_dirichlet"
-    alpha = p["alpha"]
-    if not is_real(alpha) or alpha <= 0:
-        raise PartitionError(f"alpha={shorten(alpha)} is invalid for kind {shorten(k)}: it must be a number > 0.", param="alpha")
-    need_int(k, "least_samples", p["least_samples"], 0)
-    need_int(k, "max_retries", p["max_retries"], 1, MAX_RETRIES)
-    need_fraction(k, "train_fraction", p["train_fraction"], closed_right=False)
+#: PFLlib's per-client split: the first floor(0.75 n) shuffled samples train (FedCP section 4).
+PFLLIB_TRAIN_FRACTION = Field(0.75, type=float, low=0, high=1, low_open=True, high_open=True,
+                              doc="each client's share of training samples, the rest test (FedCP: 0.75)")
 
+PARAMS = {
+    "alpha": Field(0.1, low=0, low_open=True, doc="the Dirichlet concentration (FedCP's practical setting: 0.1)"),
+    "least_samples": Field(40, low=0, doc="redraw until every client holds at least this many samples"),
+    "max_retries": Field(1000, low=1, high=MAX_RETRIES, doc="the most redraws"),
+    "train_fraction": PFLLIB_TRAIN_FRACTION,
+}
 
-KIND = PartitionKind("pfllib_dirichlet", partition=partition, check=check, uses_both_splits=lambda params: True)
+KIND = PartitionKind("pfllib_dirichlet", partition=partition, params=PARAMS, uses_both_splits=lambda params: True,
+                     doc="PFLlib's Dirichlet generator over both splits, as FedCP made its practical setting")

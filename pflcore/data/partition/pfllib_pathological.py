@@ -14,11 +14,11 @@ from .common import (
     PartitionError,
     PartitionKind,
     Result,
-    need_fraction,
-    need_int,
     split_unstratified,
 )
 from ...errors import shorten
+from ...spec import REQUIRED, Field
+from .pfllib_dirichlet import PFLLIB_TRAIN_FRACTION
 
 
 def partition(
@@ -89,18 +89,23 @@ def partition(
     return train, test, info
 
 
+PARAMS = {
+    "classes_per_client": Field(REQUIRED, type=int, low=1, doc="the classes each client holds"),
+    "least_samples": Field(40, low=0, doc="the fewest samples a client may hold"),
+    "train_fraction": PFLLIB_TRAIN_FRACTION,
+}
+
+
 def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    k = "pfllib_pathological"
-    need_int(k, "classes_per_client", p["classes_per_client"], 1)
+    """The rule with the class count: a client cannot hold more classes than exist."""
     if num_classes is not None and p["classes_per_client"] > num_classes:
         raise PartitionError(
             f"classes_per_client={shorten(p['classes_per_client'])} is invalid: a client cannot hold more than "
             f"num_classes={num_classes} classes.",
             param="classes_per_client",
         )
-    need_int(k, "least_samples", p["least_samples"], 0)
-    need_fraction(k, "train_fraction", p["train_fraction"], closed_right=False)
 
 
-KIND = PartitionKind("pfllib_pathological", partition=partition, check=check, uses_both_splits=lambda params: True)
+KIND = PartitionKind("pfllib_pathological", partition=partition, params=PARAMS, check=check,
+                     uses_both_splits=lambda params: True,
+                     doc="PFLlib's pathological generator over both splits, as FedCP made its pathological setting")

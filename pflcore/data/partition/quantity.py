@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from .common import (
+    RECYCLE,
+    TEST_FRACTION,
     Context,
     PartitionKind,
     Result,
-    need_bool,
-    need_fraction,
-    need_int_list,
     round_half_up,
     single_pool_draw,
 )
+from ...spec import REQUIRED, Field
 
 
 def partition(
@@ -36,12 +37,12 @@ def partition(
     return train, test, info
 
 
-def check(p: dict, num_classes: int | None) -> None:
-    """Reject bad parameters before any label is seen (``num_classes`` may be None)."""
-    need_int_list("quantity", "size_choices", p["size_choices"], 1)
-    if p["test_fraction"] is not None:
-        need_fraction("quantity", "test_fraction", p["test_fraction"])
-    need_bool("quantity", "recycle", p["recycle"])
+PARAMS = {
+    "size_choices": Field(REQUIRED, type=list, items=Field(type=int, low=1), min_length=1,
+                          doc="each client's train size is drawn uniformly from these (FedPAC: 300, 600, 1200)"),
+    "test_fraction": replace(TEST_FRACTION, doc="round(test_fraction * n_i) test samples (null: 0.5)"),
+    "recycle": RECYCLE,
+}
 
-
-KIND = PartitionKind("quantity", partition=partition, check=check)
+KIND = PartitionKind("quantity", partition=partition, params=PARAMS,
+                     doc="quantity skew with label-IID samples (FedPAC appendix C.6)")
