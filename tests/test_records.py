@@ -4,6 +4,7 @@ own run of the same config equal to the record bit for bit."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -106,9 +107,14 @@ def test_arrays_derived_from_the_final_models_are_kept_in_the_record_and_read_ba
     from pflcore.engine.revisit import final_simulation
 
     def client_norms(result):  # stands for a figure's analysis of the final models (F.2's t-SNE, pairs)
+        def tensors(obj):
+            if isinstance(obj, dict):
+                return [t for v in obj.values() for t in tensors(v)]
+            return [obj] if hasattr(obj, "is_floating_point") and obj.is_floating_point() else []
+
         sim = final_simulation(result)
-        norms = [float(sum(t.double().norm() ** 2 for t in s.values() if t.is_floating_point()) ** 0.5)
-                 for s in sim.client_states.values()] if sim.client_states else [0.0]
+        norms = [float(sum(t.double().norm() ** 2 for t in tensors(state)) ** 0.5)
+                 for _, state in sorted(sim.client_states.items())]
         calls.append(1)
         return {"norms": np.array(norms), "clients": np.arange(len(norms))}
 
@@ -118,8 +124,9 @@ def test_arrays_derived_from_the_final_models_are_kept_in_the_record_and_read_ba
         trained = run(config)
         fresh = records.derived_arrays(trained, "norms", client_norms)
     assert calls == [1] and fresh["norms"].dtype == np.float32 and fresh["clients"].dtype == np.int32
+    shutil.rmtree(config.output_dir)  # a fresh clone: the record, and no results folder
     with records.recording("paper_x/f2"):
-        shipped = run(config)  # from the record now: no final state, no training
+        shipped = run(config)  # from the record: no final state, no training
         again = records.derived_arrays(shipped, "norms", client_norms)
     assert shipped.record is not None and calls == [1], "the record's arrays were computed again"
     assert all(np.array_equal(fresh[k], again[k]) for k in fresh)  # the figure is the same both ways

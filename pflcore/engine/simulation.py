@@ -373,6 +373,7 @@ def _recorded(result: RunResult) -> RunResult:
                      "again: only the final round is evaluated, so the best round is the final one.")
     path = records.write(records.from_result(result, notebook, notes=notes, derived=derived))
     result.summary.update(derived)
+    result.extras["written_record"] = str(path)  # records.derived_arrays adds what figures derive from the final state
     print(f"record written: {path}", flush=True)
     return result
 
