@@ -340,3 +340,30 @@ def test_feature_probe_is_validated_and_off_keeps_fingerprints(make_config):
     assert make_config(feature_probe=5).fingerprint() != make_config().fingerprint()
     with pytest.raises(ConfigError, match="feature_probe"):
         make_config(feature_probe=-1)
+
+
+def test_f2_views_are_kept_in_the_record_and_drawn_again_from_it(tmp_path, monkeypatch, make_config):
+    """Appendix F.2 from a record alone: the t-SNE points and cosine pairs computed from the
+    final models after the run come back, equal, when the run is read from its record."""
+    import shutil
+
+    from pflcore import records
+    from pflcore.engine import run
+    from pflcore.papers.fedfa import f2_feature_views
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(records.TRAIN_ENV, raising=False)
+    config = make_config(method="fedavg", rounds=2)
+    with records.recording("fedfa/f2_tsne"):
+        embedding, (positive, negative) = f2_feature_views(run(config), per_class=3)
+    shutil.rmtree(config.output_dir)  # a fresh clone: the record only
+    with records.recording("fedfa/f2_tsne"):
+        result = run(config)
+        again, (positive2, negative2) = f2_feature_views(result, per_class=3)
+    assert result.record is not None
+    assert len(embedding.points) == len(embedding.classes) == len(embedding.clients) > 0 and len(positive) > 0
+    for a, b in ((embedding.points, again.points), (embedding.clients, again.clients), (positive, positive2),
+                 (negative, negative2)):
+        np.testing.assert_array_equal(a, b)

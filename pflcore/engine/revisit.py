@@ -109,8 +109,11 @@ def global_test_accuracy(result: RunResult | str | Path) -> float:
     model scored on the dataset's whole test split, every class counted as often as the
     dataset has it, clean (no per-client shift). pflcore's ``acc_weighted`` pools only the
     clients' test splits instead: under label skew with few clients those over- or
-    under-represent classes, and a class no client holds is missing from them."""
+    under-represent classes, and a class no client holds is missing from them. A run read
+    from its record gives the value the record keeps (computed so when the run finished)."""
     result = result if isinstance(result, RunResult) else RunResult.load(result)
+    if result.record is not None and "global_test_acc" in result.summary:
+        return float(result.summary["global_test_acc"])
     sim = final_simulation(result)
     try:
         model = sim.algorithm.shared_predictor(sim.state, sim.model)

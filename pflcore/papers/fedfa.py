@@ -39,10 +39,13 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import torch.nn.functional as F
 
-from ..analysis import PAPER_COLOUR, bar_value_limits, mark_axis_break, seeds_table
+from .. import records
+from ..analysis import (PAPER_COLOUR, FeatureEmbedding, bar_value_limits, client_features, cosine_pairs, held_classes,
+                        local_models, mark_axis_break, seeds_table, tsne_embedding, verification_set)
 from ..config import ExperimentConfig
 from ..data.sources.multidomain import MEMBERS
 from ..engine import RunResult, Simulation, build_data
+from ..engine.revisit import final_simulation
 from . import split_label
 
 #: The seeds of the paper's three trials (the authors' code).
@@ -114,6 +117,31 @@ def fedfa_validation_config(method: str, samples_per_client: int = 1000, **chang
     changes = {"num_clients": 10, "participation": 1.0, "rounds": 15, "local_epochs": 10, "eval_every": 1,
                "partition": partition, **changes}
     return fedfa_config(method, "fmnist", "c2", **changes)
+
+
+def f2_feature_views(result: RunResult, per_class: int = 10) -> tuple[FeatureEmbedding, tuple[np.ndarray, np.ndarray]]:
+    """Appendix F.2 (Figures 2, 6, 7) from a run's final models: the t-SNE of every client's
+    local features on a verification set of ``per_class`` samples per class (each client's
+    held classes), and the cosine similarities of positive and negative feature pairs across
+    clients. Kept in the run's record (:func:`pflcore.records.derived_arrays`), so that a run
+    read from its record draws the figure without training."""
+    def compute(run: RunResult) -> dict[str, np.ndarray]:
+        sim = final_simulation(run)
+        try:
+            x, y = verification_set(sim.data, per_class=per_class, seed=0)
+            models = local_models(sim, round_index=run.config.rounds)
+            features = client_features(models, x)
+            held = {k: held_classes(sim.data, k) for k in models}
+            embedding = tsne_embedding(features, y, held=held, random_state=0)
+            positive, negative = cosine_pairs(features, y, held=held)
+        finally:
+            sim.close()
+        return {"points": embedding.points, "classes": embedding.classes, "clients": embedding.clients,
+                "samples": embedding.samples, "positive": positive, "negative": negative}
+
+    kept = records.derived_arrays(result, f"f2_features_per_class_{per_class}", compute)
+    embedding = FeatureEmbedding(kept["points"], kept["classes"], kept["clients"], kept["samples"])
+    return embedding, (kept["positive"], kept["negative"])
 
 
 #: Where a notebook runs Table 1 on a single-domain dataset: five groups of clients, each
