@@ -49,6 +49,7 @@ SCHEMA_VERSION = 2  # 2: per-client accuracies in percent (1: fractions)
 READABLE_VERSIONS = (1, 2)
 RECORDS_FOLDER = "reproductions"
 TRAIN_ENV = "PFLCORE_TRAIN"  # "1": train even where a record exists
+RECORDS_ONLY_ENV = "PFLCORE_RECORDS_ONLY"  # "1": a run without a record is refused, never trained (the report)
 MAX_RECORD_BYTES = 8 * 2**20  # a record is small; a larger file is not one of ours
 
 #: Fields every record has, with their JSON types (validated on read).
@@ -187,6 +188,12 @@ def active_notebook() -> str | None:
 
 def training_forced() -> bool:
     return _context.train or os.environ.get(TRAIN_ENV, "") not in ("", "0")
+
+
+def records_only() -> bool:
+    """Whether runs may only be read (from a record or a finished results folder), never
+    trained: what the report sets while it executes notebooks."""
+    return os.environ.get(RECORDS_ONLY_ENV, "") not in ("", "0")
 
 
 @contextmanager

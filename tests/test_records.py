@@ -137,6 +137,22 @@ def test_arrays_derived_from_the_final_models_are_kept_in_the_record_and_read_ba
         records.encode_array(np.array(["a"]))
 
 
+def test_records_only_refuses_a_run_without_a_record_in_one_sentence_and_trains_nothing(project, make_config,
+                                                                                          monkeypatch):
+    config = make_config(rounds=2)
+    monkeypatch.setenv(records.RECORDS_ONLY_ENV, "1")
+    with records.recording("paper_x/t1"), pytest.raises(records.RecordError, match="no committed record of this run"):
+        run(config)
+    assert not Path(config.output_dir).exists(), "something was written"
+    monkeypatch.delenv(records.RECORDS_ONLY_ENV)
+    with records.recording("paper_x/t1"):
+        trained = run(config)
+    shutil.rmtree(config.output_dir)
+    monkeypatch.setenv(records.RECORDS_ONLY_ENV, "1")
+    with records.recording("paper_x/t1"):
+        assert run(config).summary["acc_mean"] == trained.summary["acc_mean"]  # read from the record
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda r: r.update(schema_version=0), "schema version 0"),
     (lambda r: r.update(schema="something-else"), "not a pflcore run record"),

@@ -76,6 +76,19 @@ def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
 
 
 @pytest.mark.slow
+def test_each_figure_drawn_from_records_is_a_catalogue_item_and_names_the_runs_it_needs():
+    from pflcore.report.catalogue import FIGURES
+
+    items = {(i.paper, i.id): i for i in CATALOGUE}
+    tables = {t.notebook: t for t in TABLES}
+    for spec in FIGURES:
+        assert items[(spec.paper, spec.id)].notebook == spec.notebook
+        assert (ROOT / "notebooks" / f"{spec.notebook}.ipynb").is_file() and spec.needs
+        for notebook, column, _, _ in spec.needs:
+            assert (ROOT / "notebooks" / f"{notebook}.ipynb").is_file()
+            assert column is None or column in tables[notebook].columns
+
+
 def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(tmp_path):
     require_browser("the report's browser test")
     from selenium.webdriver.common.by import By

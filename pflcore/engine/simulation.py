@@ -318,6 +318,10 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
         record = records.read(shipped)
         print(records.describe(record, shipped), flush=True)
         return RunResult.from_record(record, config, shipped)
+    if records.records_only():
+        raise records.RecordError(
+            f"no committed record of this run ({config.method} on {config.dataset}, seed {config.seed}, fingerprint "
+            f"{config.fingerprint()}), and {records.RECORDS_ONLY_ENV}=1 reads runs without training any.")
 
     data = build_data(config)
     sim = Simulation(config, data)

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from .. import records
 from ..papers import display_name
 from ..project import project_root
-from .catalogue import CATALOGUE, PAPERS, TABLES, TableSpec
+from .catalogue import CATALOGUE, FIGURES, PAPERS, TABLES, FigureSpec, TableSpec
 
 WITHIN_POINTS = 1.0  # "reproduced": within one std over seeds or within this many points of the paper
 
@@ -192,6 +194,13 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
         notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn) if execute else []
         pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
+    for spec in FIGURES if execute else ():
+        drawn_here = execute_figure(spec, found, root, out, log, drawn)
+        if drawn_here is not None:
+            pages[spec.paper].figures.append(drawn_here)
+            table_status[(spec.paper, spec.id)] = ("drawn from records",
+                                                   f"drawn from {len(drawn_here['records'])} record(s); see the "
+                                                   "paper's page")
     for page in pages.values():
         (out / f"{page.paper}.html").write_text(render_paper(page, verdict), encoding="utf-8")
     hrefs = {}
@@ -241,8 +250,9 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
         figures_dir = out / "notebook-figures" / spec.notebook / _slug(column)
         overrides = {**spec.narrow(column, methods, seed), "quiet": True, "figures_dir": str(figures_dir)}
         target = out / "notebooks"
-        [ran] = run_notebooks("paper", target, only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
-                              overrides=overrides, log=lambda *a, **k: None)
+        with _records_only():
+            [ran] = run_notebooks("paper", target, only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
+                                  overrides=overrides, log=lambda *a, **k: None)
         name = f"{spec.notebook.replace('/', '-')}-{_slug(column)}.html"
         if ran.status != "ok":
             log(f"report: {spec.notebook} ({column}) failed: {ran.error}")
@@ -257,6 +267,55 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
                             f"{len(methods)} recorded method(s), read from their records"))
         log(f"report: executed {spec.notebook} ({column}) from records in {ran.seconds:.0f} s")
     return pages
+
+
+def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path, out: Path, log,
+                   drawn: list[dict]) -> dict | None:
+    """Run a figure notebook at its paper preset from the records it rests on, once each has
+    one (else None: not yet); its figures join ``drawn``. Returns what its paper page shows."""
+    from ..notebooks import run_notebooks
+    from .pages import notebook_html
+
+    tables = {t.notebook: t for t in TABLES}
+    used = []
+    for notebook, column, method, seed in spec.needs:
+        match = [r for _, r in found if r["notebook"] == notebook and r["config"]["method"] == method
+                 and r["seed"] == seed and (column is None or (notebook in tables and tables[notebook].accepts(r)
+                                                               and tables[notebook].column_of(r) == column))]
+        if not match:
+            return None
+        used.append(record_ref(match[0]))
+    figures_dir = out / "notebook-figures" / spec.notebook
+    with _records_only():
+        [ran] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
+                              overrides={"quiet": True, "figures_dir": str(figures_dir)}, log=lambda *a, **k: None)
+    if ran.status != "ok":
+        log(f"report: {spec.notebook} failed: {ran.error}")
+        return None
+    name = f"{spec.notebook.replace('/', '-')}.html"
+    (out / name).write_text(notebook_html(Path(ran.output)), encoding="utf-8")
+    images = []
+    for png in sorted(figures_dir.rglob("*.png")):
+        rel = png.relative_to(out).as_posix()
+        images.append((rel, f"{spec.caption} ({png.name})"))
+        drawn.append({"figure": rel, "as": f"{spec.notebook}/{png.relative_to(figures_dir).as_posix()}",
+                      "records": sorted(used)})
+    log(f"report: executed {spec.notebook} from records in {ran.seconds:.0f} s")
+    return {"id": spec.id, "caption": spec.caption, "images": images, "notebook": name, "records": sorted(used)}
+
+
+@contextmanager
+def _records_only() -> Iterator[None]:
+    """Notebooks executed inside read every run from its record; one without is refused, never trained."""
+    saved = os.environ.get(records.RECORDS_ONLY_ENV)
+    os.environ[records.RECORDS_ONLY_ENV] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(records.RECORDS_ONLY_ENV, None)
+        else:
+            os.environ[records.RECORDS_ONLY_ENV] = saved
 
 
 def record_ref(record: dict) -> str:

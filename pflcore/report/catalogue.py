@@ -255,3 +255,27 @@ TABLES: list[TableSpec] = [
         claim=_scarcity_gain, claim_words="pFedFDA gains most under scarcity and covariate shift.",
         comparable=False),
 ]
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure notebook the report executes at its ``paper`` preset, reading every run from
+    its record, once each run it draws has one (the report never trains). ``needs``: the
+    records it rests on, as (notebook of the record, table column or None, method, seed)."""
+
+    paper: str
+    id: str
+    notebook: str
+    needs: tuple[tuple[str, str | None, str, int], ...]
+    caption: str
+
+
+FIGURES: list[FigureSpec] = [
+    FigureSpec(_A, "F2", "fedfa/f2_tsne", (("fedfa/f2_tsne", None, "fedavg", 2021), ("fedfa/f2_tsne", None, "fedfa", 2021)),
+               "FedFA appendix F.2 on Fashion-MNIST (the paper also shows it): t-SNE of each client's local features "
+               "and the cosine similarities of feature pairs across clients, after the last round"),
+    FigureSpec(_D, "F2", "pfedfda/f2_beta_vs_corruption", (("pfedfda/t1_covariate_shift", "100", "pfedfda", 0),),
+               "pFedFDA Figure 2 on Fashion-MNIST-S (the paper's CIFAR10-S cannot be had here): each client's beta "
+               "at the last evaluated round against its corruption; the run of Table 1's 100% column, seed 0"),
+]
+

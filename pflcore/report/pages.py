@@ -59,7 +59,7 @@ this machine), <b>not run yet</b> (no record).</p>
 
 _PAPER = """
 <h1>{{ title }}</h1>
-{% if not tables %}<p>No table of this paper has run records yet; see the status page.</p>{% endif %}
+{% if not tables and not figures %}<p>No table of this paper has run records yet; see the status page.</p>{% endif %}
 {% for t in tables %}
 <h2 id="{{ t.anchor }}">{{ t.title }}</h2>
 <p class="protocol"><b>Protocol.</b> {{ t.protocol }}</p>
@@ -81,6 +81,13 @@ here. {{ t.claim_text }}.</p>{% endif %}
 {% for href, caption in t.notebooks %}<li><a href="{{ href }}">{{ caption }}</a></li>{% endfor %}</ul>{% endif %}
 <p>Records behind this table: {% for rec in t.records %}<code>{{ rec }}</code>{% if not loop.last %}, {% endif %}{% endfor %}{% if not t.records %}none yet{% endif %}.</p>
 {% endfor %}
+{% for f in figures %}
+<h2 id="{{ f.id }}">Figure {{ f.id }}, drawn from records</h2>
+<p>{{ f.caption }}.</p>
+{% for src, alt in f.images %}<figure><img src="{{ src }}" alt="{{ alt }}"><figcaption>{{ alt }}</figcaption></figure>{% endfor %}
+<p>Executed notebook (from the records): <a href="{{ f.notebook }}">{{ f.notebook }}</a>. Records behind this figure:
+{% for rec in f.records %}<code>{{ rec }}</code>{% if not loop.last %}, {% endif %}{% endfor %}.</p>
+{% endfor %}
 """
 
 
@@ -89,6 +96,7 @@ class Page:
     paper: str
     title: str
     tables: list = field(default_factory=list)
+    figures: list = field(default_factory=list)  # dicts: id, caption, images [(src, alt)], notebook href, records
 
 
 def _papers() -> list[tuple[str, str]]:
@@ -146,7 +154,7 @@ def render_paper(page: Page, verdict: Callable) -> str:
             "claim_status": claim["status"] if claim else "", "claim_text": claim["text"] if claim else "",
             "claim_css": ("holds" if claim and claim["status"].startswith("holds") else "does-not-hold"),
             "records": sorted(set(used))})
-    body = _ENV.from_string(_PAPER).render(title=page.title, tables=tables)
+    body = _ENV.from_string(_PAPER).render(title=page.title, tables=tables, figures=page.figures)
     return _wrap(display_name(page.paper), body)
 
 
@@ -159,7 +167,7 @@ def render_index(catalogue: list, table_status: dict, found: list, seconds: floa
         key = (item.paper, item.id)
         if key in table_status:
             status, detail = table_status[key]
-            if not comparable[key] and status in ("reproduced", "differs"):
+            if not comparable.get(key, True) and status in ("reproduced", "differs"):
                 status = "reference only"
                 detail = (f"the paper's datasets ({', '.join(item.datasets)}) cannot be had here; run on "
                           f"Fashion-MNIST: {detail}")
@@ -169,11 +177,11 @@ def render_index(catalogue: list, table_status: dict, found: list, seconds: floa
         else:
             status, detail = "not run yet", "no run record yet"
         css = {"reproduced": "reproduced", "differs": "differs", "cannot run here": "cannot",
-               "reference only": "reference"}.get(status, "not-run")
+               "reference only": "reference", "drawn from records": "reproduced"}.get(status, "not-run")
         rows.append({"paper": item.paper, "paper_name": display_name(item.paper), "id": item.id, "what": item.what,
                      "status": status, "detail": detail, "notebook": item.notebook, "css": css})
     size = sum(p.stat().st_size for p, _ in found)
-    order = ["reproduced", "differs", "reference only", "not run yet", "cannot run here"]
+    order = ["reproduced", "drawn from records", "differs", "reference only", "not run yet", "cannot run here"]
     counts = [((status, next(r["css"] for r in rows if r["status"] == status)), sum(r["status"] == status for r in rows))
               for status in order if any(r["status"] == status for r in rows)]
     body = _ENV.from_string(_INDEX).render(n_records=len(found), size_kb=f"{size / 1024:,.0f}", rows=rows,
