@@ -1,8 +1,10 @@
 """Experiment configuration: one dataclass, validated before any work starts.
 
-A bad value gets one sentence naming the field, the value and what is allowed
-(:class:`ConfigError`). Configs round-trip through plain dicts / YAML so that a results
-directory records exactly what ran.
+Each field is declared once as a :class:`~pflcore.spec.Field` (the vocabulary partition
+kinds, shifts and method parameters share); a bad value gets one sentence naming the field,
+the value and what is allowed (:class:`ConfigError`), and ``docs/config.md`` is generated
+from the same declarations (:func:`reference_page`). Configs round-trip through plain dicts
+/ YAML so that a results directory records exactly what ran.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
 from .errors import shorten
@@ -142,20 +143,24 @@ class Field:
         choices = self.choices() if callable(self.choices) else self.choices
         return list(choices or ())
 
+    @cached_property
+    def _kinds(self) -> tuple:
+        return self.kind if isinstance(self.kind, tuple) else (self.kind,)
+
     def kinds(self) -> tuple:
         """The field's types, as a tuple."""
-        return self.kind if isinstance(self.kind, tuple) else (self.kind,)
+        return self._kinds
 
     # ------------------------------------------------------------------ checking
     def problem(self, value: Any) -> str | None:
         """None if ``value`` is allowed, else the words of what is allowed ("it must be ...")."""
         if value is None:
             return None if self.allows_none else self.allowed()
-        if _among(value, self.also):
+        if self.also and _among(value, self.also):
             return None
         if self.choices is not None:
             return None if _among(value, self.choice_list()) else self.allowed()
-        for kind in self.kinds():
+        for kind in self._kinds:
             if not _TYPES[kind][0](value):
                 continue
             if kind in (int, float) and not self._in_range(value):
@@ -183,11 +188,12 @@ class Field:
                 if self.items.problem(item) is not None:
                     return f"{self.allowed()}, and its item {shorten(item)} is not"
         if self.distinct:
-            seen: list[Any] = []
+            seen: set[tuple[type, Any]] = set()
             for item in value:
-                if _among(item, seen):
+                key = (type(item), item if not isinstance(item, list) else tuple(map(repr, item)))
+                if key in seen:
                     return f"{self.allowed()}, and it repeats {shorten(item)}"
-                seen.append(item)
+                seen.add(key)
         return None
 
     # ------------------------------------------------------------------ words
@@ -224,21 +230,17 @@ class Field:
         return ""
 
     def _list_words(self, plural: bool) -> str:
-        if self.max_length is not None and self.min_length == self.max_length:
-            size = f"of {self.min_length} "
-        elif self.min_length == 1 and self.max_length is None:
-            size = "non-empty "
+        low, high = self.min_length, self.max_length
+        if high is not None:
+            count = f"of {low} " if low == high else (f"of at most {high} " if low == 0 else f"of {low} to {high} ")
         else:
-            size = ""
-        noun = "lists" if plural else "list"
-        article = "" if plural else "a "
-        distinct = "distinct " if self.distinct else ""
+            count = "" if low <= 1 else f"of at least {low} "
+        noun = f"{'' if plural else 'a '}{'non-empty ' if low == 1 and high is None else ''}"
+        noun += f"{'lists' if plural else 'list'} {count}"
         if self.items is None:
-            return f"{article}{size}{noun}".rstrip()
+            return noun.rstrip()
         what = self.items.describe(plural=True)
-        if size.startswith("of"):
-            return f"{article}{noun} {size}{distinct}{what}"
-        return f"{article}{size}{noun} of {distinct}{what}"
+        return f"{noun}{'' if count else 'of '}{'distinct ' if self.distinct else ''}{what}"
 
     def allowed(self) -> str:
         """What the field allows, as the end of a refusal ("it must be ...")."""
