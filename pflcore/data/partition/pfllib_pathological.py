@@ -16,9 +16,9 @@ from .common import (
     Result,
     split_unstratified,
 )
+from .pfllib_dirichlet import PFLLIB_TRAIN_FRACTION
 from ...errors import shorten
 from ...spec import REQUIRED, Field
-from .pfllib_dirichlet import PFLLIB_TRAIN_FRACTION
 
 
 def partition(
