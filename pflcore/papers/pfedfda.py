@@ -31,9 +31,16 @@ then one column per corruption), :data:`PFEDFDA_TABLE5` (beta strategies),
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from ..analysis import results_table
 from ..config import ExperimentConfig
+from ..data.sources.multidomain import MEMBERS
+from ..engine import RunResult
+from ..engine.revisit import new_client_accuracy
+from ..models import build_model
 from . import split_label
 
 #: The methods of pFedFDA's tables, in the paper's order (pflcore names).
@@ -81,6 +88,130 @@ def pfedfda_config(method: str, dataset: str = "fmnist", alpha: float = 0.5, *, 
         values["method_params"] = params
     values.update(changes)
     return ExperimentConfig.from_dict(values)
+
+
+def parse_setting(setting: str) -> tuple[float, float, bool]:
+    """A column label such as ``"dir0.1"``, ``"dir0.1 25%"``, ``"dir0.5 -S"`` or ``"dir0.5 -S
+    25%"`` -> (alpha, percent of the training samples kept, corrupted)."""
+    words = setting.split()
+    alpha = float(words[0].removeprefix("dir"))
+    percent = next((float(w[:-1]) for w in words[1:] if w.endswith("%")), 100.0)
+    return alpha, percent, "-S" in words[1:]
+
+
+def pfedfda_setting_config(method: str, dataset: str, setting: str, *, subsample: float = 1.0,
+                           **changes: Any) -> ExperimentConfig:
+    """:func:`pfedfda_config` for a column label (:func:`parse_setting`), keeping ``subsample``
+    times the column's share of the training samples (1 in the paper presets)."""
+    alpha, percent, corrupted = parse_setting(setting)
+    return pfedfda_config(method, dataset, alpha, corrupted=corrupted, samples=subsample * percent / 100, **changes)
+
+
+def pfedfda_digit5_config(method: str, percent: float, *, clients_per_domain: int, alpha: float,
+                          subsample: float = 1.0, data_root: str | None = None, **changes: Any) -> ExperimentConfig:
+    """Table 7's run: DIGIT-5, ``clients_per_domain`` clients per digit dataset split
+    Dir(``alpha``) within it, 80/20 train/test, every client in every round, ``percent``% of
+    the training samples kept (times ``subsample``)."""
+    partition: dict[str, Any] = {"kind": "domains", "clients_per_domain": clients_per_domain, "alpha": alpha,
+                                 "on": "union", "train_fraction": 0.8}
+    if subsample * percent / 100 < 1:
+        partition["subsample"] = subsample * percent / 100
+    return pfedfda_config(method, "digit5", data_root=data_root, num_clients=clients_per_domain * len(MEMBERS["digit5"]),
+                          participation=1.0, sampling="uniform", partition=partition, **changes)
+
+
+def beside_paper(runs: Mapping[str, RunResult], paper: Mapping[str, float], paper_std: Mapping[str, float],
+                 reference: str):
+    """Our runs (final round: mean and std over clients) beside a column of the paper's, a
+    reference (its dataset is not ours), with the paper's std over clients."""
+    table = results_table(runs, paper=paper)
+    table["paper_std"] = [paper_std.get(m, np.nan) for m in table.index]
+    table = table[["acc_mean", "acc_std", "acc_weighted", "seconds", "status", "paper", "paper_std"]]
+    return table.rename(columns={"paper": f"{reference} (paper)", "paper_std": f"{reference} std (paper)"})
+
+
+def lead(scores: Mapping[str, float]) -> float:
+    """pFedFDA minus the best other method (NaN without pFedFDA or without another method)."""
+    others = [v for m, v in scores.items() if m != "pfedfda" and np.isfinite(v)]
+    return scores.get("pfedfda", np.nan) - max(others) if others else np.nan
+
+
+def mean_std_cell(values: Sequence[float]) -> str:
+    """``"mean (std)"`` over the clients scored, as the paper prints Table 4."""
+    return f"{np.nanmean(values):.2f} ({np.nanstd(values):.2f})"
+
+
+def new_client_scores(result: RunResult, corruption: str | None, severity: int,
+                      params: dict | None = None) -> np.ndarray:
+    """Table 4: per-client accuracy (%) of the new clients (NaN for the training clients),
+    clean (``corruption`` None) or under ``corruption`` at ``severity``; ``params`` changes
+    the method's adaptation (e.g. FedBABU's ``{"ft_body": True}``)."""
+    if corruption is None and params is None:
+        return result.clients["new_final"]
+    return new_client_accuracy(result, corruption, severity, method_params=params)
+
+
+def round_seconds(result: RunResult) -> tuple[float, float]:
+    """Tables 5 and 6: (seconds per round, seconds per round and participating client),
+    medians over the rounds without an evaluation (all rounds if every round was evaluated);
+    the run records cumulative seconds."""
+    per_round = np.diff([0.0] + [h["seconds"] for h in result.history])
+    clients = np.array([max(len(h["participants"]), 1) for h in result.history])
+    plain = np.array(["acc_mean" not in h for h in result.history])
+    keep = plain if plain.any() else np.ones_like(plain)
+    return float(np.median(per_round[keep])), float(np.median(per_round[keep] / clients[keep]))
+
+
+def beta_overhead(results: Mapping[str, Mapping[str, RunResult]], strategy: str, settings: Sequence[str]) -> float:
+    """Table 5's overhead (%) of a beta strategy over ``"none"`` (strategy -> setting ->
+    result): the mean over settings of the ratio of seconds per client-round, minus 1."""
+    if "none" not in results:
+        return np.nan
+    return 100 * np.mean([round_seconds(results[strategy][s])[1] / round_seconds(results["none"][s])[1] - 1
+                          for s in settings])
+
+
+def fit_to_data(ax, values: Sequence[float]) -> None:
+    """The value axis over the data with a margin (as :func:`pflcore.analysis.plot_bars`
+    does), not from 0, so that differences of a point or two stay visible."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size:
+        low, high = values.min(), values.max()
+        span = max(high - low, 1e-9)
+        ax.set_ylim(low - 0.25 * span - 0.5, high + 0.3 * span + 0.5)  # room for the legend
+
+
+def with_gains(table, base: str = "local"):
+    """Each column's gain over the row ``base`` beside it, and the average gain, as Table 7
+    prints them (the table unchanged without that row)."""
+    out = table.copy()
+    if base in table.index:
+        gains = table - table.loc[base]
+        for c in table.columns:
+            out[f"{c} (+)"] = gains[c]
+        out["avg. improvement"] = gains.mean(axis=1)
+        out.loc[base, "avg. improvement"] = np.nan
+    return out[[*[x for c in table.columns for x in (c, f"{c} (+)") if x in out], "avg. improvement"]
+               if base in table.index else list(table.columns)]
+
+
+def upload(backbone: int, linear: int, gaussian: int) -> dict[str, float]:
+    """Table 8: a client's upload per round with a linear head and with pFedFDA's Gaussian
+    head (class means and one shared covariance), and the Gaussian head's overhead (%)."""
+    return {"backbone": backbone, "linear C(d+1)": linear, "Gaussian Cd+d(d+1)/2": gaussian,
+            "overhead %": 100 * (gaussian - linear) / (backbone + linear),
+            "upload, linear head": backbone + linear, "upload, pFedFDA": backbone + gaussian}
+
+
+def parameter_counts(model_name: str, channels: int, size: int, classes: int) -> dict[str, float]:
+    """Table 8 for one of pflcore's models: its feature size d, classes C and :func:`upload`."""
+    model = build_model(model_name, channels, classes, size)
+    d = model.head.in_features
+    linear = classes * (d + 1)
+    assert linear == sum(p.numel() for p in model.head.parameters())  # a linear head: C x d weights, C biases
+    return {"d": d, "C": classes, **upload(sum(p.numel() for p in model.body.parameters()), linear,
+                                           classes * d + d * (d + 1) // 2)}
 
 
 # ---------------------------------------------------------------- reported numbers
@@ -179,6 +310,15 @@ PFEDFDA_TABLE7: dict[int, dict[str, float]] = {
         "fedpac": (82.78, 87.94, 91.12, 91.04), "pfedfda": (86.54, 90.05, 90.75, 91.56)}.items()}
     for i, p in enumerate((25, 50, 75, 100))}
 
+#: Table 8 as printed: model (dataset, classes) -> (backbone, linear classifier, Gaussian
+#: parameters, overhead %).
+PFEDFDA_TABLE8: dict[str, tuple[int, int, int, float]] = {
+    "EMNIST-CNN (EMNIST, C=62)": (115776, 7998, 16192, 6.620),
+    "CIFAR-CNN (CIFAR100, C=100)": (106400, 12900, 21056, 6.837),
+    "ResNet18 (TinyImageNet, C=200)": (11167212, 102600, 233728, 1.164),
+    "MobileNetV3-Small (ImageNet, C=1000)": (927008, 1615848, 1548800, -2.637),
+}
+
 #: Table 9: % of pFedFDA's local training time per step of Algorithm 1 (mean over clients).
 PFEDFDA_TABLE9: dict[str, dict[str, float]] = {
     "cifar10": {"network passes": 84.88, "statistics": 0.765, "beta": 14.36},
@@ -188,5 +328,7 @@ PFEDFDA_TABLE9: dict[str, dict[str, float]] = {
 
 __all__ = ["PFEDFDA_METHODS", "PFEDFDA_METHOD_PARAMS", "PFEDFDA_SHIFT", "PFEDFDA_TABLE1", "PFEDFDA_TABLE1_STD",
            "PFEDFDA_TABLE2", "PFEDFDA_TABLE2_STD", "PFEDFDA_TABLE3", "PFEDFDA_TABLE4", "PFEDFDA_TABLE4_COLUMNS",
-           "PFEDFDA_TABLE4_STD", "PFEDFDA_TABLE5", "PFEDFDA_TABLE6", "PFEDFDA_TABLE7", "PFEDFDA_TABLE9",
-           "pfedfda_config"]
+           "PFEDFDA_TABLE4_STD", "PFEDFDA_TABLE5", "PFEDFDA_TABLE6", "PFEDFDA_TABLE7", "PFEDFDA_TABLE8",
+           "PFEDFDA_TABLE9", "beside_paper", "beta_overhead", "fit_to_data", "lead", "mean_std_cell",
+           "new_client_scores", "parameter_counts", "parse_setting", "pfedfda_config", "pfedfda_digit5_config",
+           "pfedfda_setting_config", "round_seconds", "upload", "with_gains"]
