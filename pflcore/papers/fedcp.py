@@ -15,9 +15,16 @@ The paper's metric is the best round's pooled (sample-weighted) test accuracy, m
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
+import matplotlib.pyplot as plt
+
+from ..algorithms import ALGORITHMS
+from ..analysis import plot_bars
+from ..analysis.palette import LINE_STYLES, MARKERS
 from ..config import ExperimentConfig
+from ..engine import RunResult, run
+from . import display_name
 
 #: Local learning rate per backbone (section 4).
 FEDCP_LR = {"fedcp_cnn": 0.005, "resnet18": 0.1, "fasttext": 0.1}
@@ -69,6 +76,87 @@ def fedcp_config(method: str, *, dataset: str = "mnist", setting: str = "practic
         values["method_params"] = {**defaults, **changes.pop("method_params", {})}
     values.update(changes)
     return ExperimentConfig.from_dict(values)
+
+
+#: Tables 4-7's sweeps: what each varies, as the tables name it. ``"beta"``: the Dirichlet
+#: alpha of PFLlib's generator; ``"clients"``: the number of clients at Dir(0.1);
+#: ``"local_epochs"``; ``"dropout"``: a ``"low-high"`` range of client participation rates.
+FEDCP_SWEEPS = {"beta": "beta or N", "clients": "beta or N", "local_epochs": "local_epochs", "dropout": "rho range"}
+
+
+def fedcp_sweep_config(method: str, sweep: str, value: Any, *, subsample: float = 1.0,
+                       **changes: Any) -> ExperimentConfig:
+    """Tables 4-7: :func:`fedcp_config` with one setting of :data:`FEDCP_SWEEPS` at ``value``
+    (``"dropout"``: a string ``"0.1-1"``)."""
+    if sweep not in FEDCP_SWEEPS:
+        raise ValueError(f"sweep must be one of {sorted(FEDCP_SWEEPS)}, got {sweep!r}.")
+    kept = {"subsample": subsample} if subsample < 1 else {}
+    if sweep == "beta":
+        extra: dict[str, Any] = {"partition": {"kind": "pfllib_dirichlet", "alpha": value, **kept}}
+    elif sweep == "clients":
+        extra = {"num_clients": value, "partition": {"kind": "pfllib_dirichlet", "alpha": 0.1, **kept}}
+    elif sweep == "local_epochs":
+        extra = {"local_epochs": value}
+    else:
+        extra = {"dropout": [float(v) for v in value.split("-")]}
+    return fedcp_config(method, subsample=subsample, **changes, **extra)
+
+
+def fedcp_sweep(methods: Sequence[str], sweep: str, values: Sequence[Any], **scale: Any) -> dict[str, dict]:
+    """Tables 4-7's runs: method -> swept value -> result (:func:`fedcp_sweep_config`; ``scale``
+    its other arguments). Methods pflcore does not have are left out (the tables list them)."""
+    results: dict[str, dict] = {}
+    for method in [m for m in methods if m in ALGORITHMS]:
+        results[method] = {}
+        for x in values:
+            results[method][x] = run(fedcp_sweep_config(method, sweep, x, **scale))
+            print(f"{method:10s} {FEDCP_SWEEPS[sweep]}={x}: best pooled "
+                  f"{results[method][x].summary['best_acc_weighted']:6.2f}")
+    return results
+
+
+def plot_sweep_rows(table, xlabel: str, ax) -> None:
+    """Tables 4-7 drawn: a line per method (a row of ``table``) over the swept values, hollow
+    markers and distinct styles so that equal lines stay visible."""
+    for i, (method, row) in enumerate(table.iterrows()):
+        ax.plot(range(len(row)), row.values, marker=MARKERS[i % len(MARKERS)], ls=LINE_STYLES[i % len(LINE_STYLES)],
+                mfc="none", label=display_name(method))
+    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("best-round pooled accuracy (%)")
+    ax.legend(fontsize=7)
+
+
+def fedcp_variant_runs(variants: Mapping[str, dict], rows: Sequence[str], seeds: Sequence[int],
+                       **scale: Any) -> dict[str, list[RunResult]]:
+    """Tables 1 and 10's runs: FedCP with each row's ``method_params`` (``variants``, e.g.
+    :data:`FEDCP_ABLATION`; ``rows`` the rows to run, empty: all), one run per seed: row ->
+    [results]. ``scale``: :func:`fedcp_config`'s other arguments."""
+    results: dict[str, list[RunResult]] = {}
+    for row in rows or list(variants):
+        results[row] = []
+        for seed in seeds:
+            results[row].append(run(fedcp_config("fedcp", seed=seed, method_params=variants[row], **scale)))
+            s = results[row][-1].summary
+            print(f"{row:22s} seed {seed}: best pooled {s['best_acc_weighted']:6.2f}, final mean {s['acc_mean']:6.2f}")
+    return results
+
+
+def plot_variants(table, paper: Mapping[str, float], dataset: str, model: str):
+    """Tables 1 and 10 drawn: our best-round pooled accuracy per row (error bars: std over
+    seeds). The paper's numbers (Tiny-ImageNet, ResNet-18) are marked on ours where ours are
+    Tiny-ImageNet's too, else drawn beside on their own axis. Returns the figure."""
+    ok = table[table["status"] == "ok"]
+    comparable = dataset == "tinyimagenet"  # the paper's numbers are Tiny-ImageNet's: marked on ours only then
+    fig, axes = plt.subplots(1, 1 if comparable else 2, figsize=(6.5 if comparable else 13, 4.5), squeeze=False)
+    plot_bars(ok["best_acc_weighted"].to_dict(), errors=ok["best_acc_weighted_std"].to_dict(),
+              paper=paper if comparable else None, ax=axes[0][0], ylabel="best-round pooled accuracy (%)",
+              title=f"ours: {dataset}, {model} (error bars: std over seeds)")
+    if not comparable:  # the paper's values beside ours, each axis over its own data
+        plot_bars(paper, ax=axes[0][1], ylabel="best-round pooled accuracy (%)",
+                  title="paper (reference): Tiny-ImageNet, ResNet-18")
+    fig.tight_layout()
+    return fig
 
 
 #: Table 1 (module ablation, Tiny-ImageNet, ResNet-18): each row's FedCP ``method_params``.
