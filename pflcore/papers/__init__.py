@@ -1,10 +1,14 @@
 """The papers, one module each: ``pflcore/papers/<paper>.py`` holds the paper's
 experimental settings as configs and the numbers it reports, so notebooks, tables and
-scripts share one source.
+scripts share one source. Every setting and helper a paper notebook uses lives here: the
+config functions take the notebook's scale parameters (``rounds``, ``subsample``, ...), so
+notebooks sharing a setting build identical configs and share finished runs, and the
+notebooks define no function of their own (``tests/test_notebook_sources.py``).
 
 Now: :mod:`pflcore.papers.fedpac` (FedPAC, Xu, Tong, Huang, ICLR 2023),
-:mod:`pflcore.papers.fedcp` (FedCP, Zhang et al., KDD 2023) and
-:mod:`pflcore.papers.fedfa` (FedFA, Zhou, Zhang, Tsang: feature anchors).
+:mod:`pflcore.papers.fedcp` (FedCP, Zhang et al., KDD 2023),
+:mod:`pflcore.papers.fedfa` (FedFA, Zhou, Zhang, Tsang: feature anchors) and
+:mod:`pflcore.papers.pfedfda` (pFedFDA, McLaughlin, Su, NeurIPS 2024).
 """
 from __future__ import annotations
 

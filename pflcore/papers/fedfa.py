@@ -44,7 +44,7 @@ from ..analysis import (PAPER_COLOUR, FeatureEmbedding, bar_value_limits, client
                         local_models, mark_axis_break, seeds_table, tsne_embedding, verification_set)
 from ..config import ExperimentConfig
 from ..data.sources.multidomain import MEMBERS
-from ..engine import RunResult, Simulation, build_data
+from ..engine import RunResult, Simulation, build_data, run
 from ..engine.revisit import final_simulation
 from . import split_label
 
@@ -103,6 +103,23 @@ def fedfa_config(method: str, dataset: str = "fmnist", setting: str = "c2", *, s
         values["method_params"] = params
     values.update(changes)
     return ExperimentConfig.from_dict(values)
+
+
+def fedfa_runs(labels: Sequence[str], settings: Sequence[str], seeds: Sequence[int], dataset: str = "fmnist",
+               **scale: Any) -> dict[str, dict[str, list[RunResult]]]:
+    """Table 2's grid (and Tables 3, 5 and 8, which reuse its finished runs): a run of
+    :func:`fedfa_config` per setting, row label and seed, ``scale`` its other arguments (the
+    notebook's scale: ``num_clients``, ``rounds``, ``subsample``, ...): setting -> label ->
+    [one result per seed]."""
+    results: dict[str, dict[str, list[RunResult]]] = {}
+    for setting in settings:
+        for label in labels:
+            for seed in seeds:
+                r = run(fedfa_config(label, dataset, setting, seed=seed, **scale))
+                results.setdefault(setting, {}).setdefault(label, []).append(r)
+                print(f"{setting:7s} {label:28s} seed {seed}: acc_weighted {r.summary['acc_weighted']:6.2f}  "
+                      f"({r.summary['seconds']:.0f} s)")
+    return results
 
 
 def fedfa_validation_config(method: str, samples_per_client: int = 1000, **changes: Any) -> ExperimentConfig:
@@ -463,6 +480,7 @@ __all__ = ["FEDFA_F2", "FEDFA_METHOD_PARAMS", "FEDFA_PARTITIONS", "FEDFA_SEEDS",
            "FEDFA_TABLE1_STD", "FEDFA_TABLE2", "FEDFA_TABLE2_STD", "FEDFA_TABLE3", "FEDFA_TABLE3_DIGITS",
            "FEDFA_TABLE5", "FEDFA_TABLE6", "FEDFA_TABLE7", "FEDFA_TABLE8",
            "FEDFA_TABLE8_NO_SKEW", "FEDFA_TABLE8_TARGET",
-           "ROTATION_DOMAINS", "anchor_movement", "barh_beside_paper", "domain_accuracy", "fedfa_config", "fedfa_feature_skew_config",
+           "ROTATION_DOMAINS", "anchor_movement", "barh_beside_paper", "domain_accuracy", "fedfa_config",
+           "fedfa_feature_skew_config", "fedfa_runs",
            "fedfa_validation_config", "feature_skew_domains", "feature_skew_score", "feature_skew_table", "final_mean",
            "mean_reached", "momentum_label", "rounds_to_target", "short_label", "table2_paper_column", "window_mean", "zoom_rounds"]

@@ -26,8 +26,13 @@ the ``*_STD`` twins), keyed by row label (``"method name=value"``,
 etc. -> method), :data:`PFEDFDA_TABLE2` (``"cifar10 dir0.1"`` ...), :data:`PFEDFDA_TABLE3`
 (one batch per client), :data:`PFEDFDA_TABLE4` (new clients: ``"original"``, ``"clean"``,
 then one column per corruption), :data:`PFEDFDA_TABLE5` (beta strategies),
-:data:`PFEDFDA_TABLE6` (runtime), :data:`PFEDFDA_TABLE7` (DIGIT-5), :data:`PFEDFDA_TABLE9`
-(share of local training time per step).
+:data:`PFEDFDA_TABLE6` (runtime), :data:`PFEDFDA_TABLE7` (DIGIT-5), :data:`PFEDFDA_TABLE8`
+(communication, as printed), :data:`PFEDFDA_TABLE9` (share of local training time per step).
+
+The notebooks' settings beyond :func:`pfedfda_config`: :func:`pfedfda_setting_config` (a
+column label such as ``"dir0.5 -S 25%"``), :func:`pfedfda_digit5_config` (Table 7); and their
+helpers: :func:`beside_paper`, :func:`lead`, :func:`new_client_scores`,
+:func:`round_seconds`, :func:`beta_overhead`, :func:`with_gains`, :func:`parameter_counts`.
 """
 from __future__ import annotations
 
