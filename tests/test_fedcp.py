@@ -220,3 +220,32 @@ def test_paper_settings():
     assert fedcp_config("fedavg", data_root=str(FEDCP_MNIST)).method_params == {}
     with pytest.raises(ValueError):
         fedcp_config("fedcp", setting="iid")
+
+
+def test_figure_5_s_pir_and_shares_come_back_from_the_record_without_training(tmp_path, monkeypatch, make_config):
+    """Figure 5 from a record alone: the PIR per round (a reported array) and the personal
+    shares of the final models (kept as derived arrays) equal what the trained run gives."""
+    import shutil
+
+    from pflcore import records
+    from pflcore.engine import run
+    from pflcore.papers.fedcp import final_personal_shares, pir_per_round
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(records.TRAIN_ENV, raising=False)
+    config = make_config(method="fedcp", rounds=2, eval_every=1)
+    with records.recording("fedcp/f5_policy"):
+        trained = run(config)
+        pir, shares = pir_per_round(trained), final_personal_shares(trained)
+    assert pir.shape == (2, config.num_clients) and sorted(shares) == list(range(config.num_clients))
+    assert all(len(shares[c]) == n for c, n in enumerate(trained.clients["test_sizes"]))
+    shutil.rmtree(config.output_dir)
+    with records.recording("fedcp/f5_policy"):
+        shipped = run(config)
+        pir2, shares2 = pir_per_round(shipped), final_personal_shares(shipped)
+    assert shipped.record is not None
+    np.testing.assert_allclose(pir2, pir, rtol=1e-6)  # a record keeps 7 significant digits
+    for c in shares:
+        np.testing.assert_array_equal(shares2[c], shares[c])

@@ -18,12 +18,17 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 
+from .. import records
 from ..algorithms import ALGORITHMS
+from ..algorithms.base import EVALUATE
 from ..analysis import plot_bars
 from ..analysis.palette import LINE_STYLES, MARKERS
 from ..config import ExperimentConfig
 from ..engine import RunResult, run
+from ..engine.revisit import final_simulation
+from ..training import EVAL_KEY
 from . import display_name
 
 #: Local learning rate per backbone (section 4).
@@ -223,17 +228,39 @@ def personal_shares(sim, clients=None) -> dict:
     """Figure 5b: for each client, the personal share s of every test sample at inference,
     averaged over the feature dimensions (one number per sample), from a FedCP
     :class:`~pflcore.engine.Simulation` in its current state."""
-    import numpy as np
-
-    from ..algorithms.base import EVALUATE
-    from ..training import EVAL_KEY
-
     out = {}
     for cid in range(sim.data.num_clients) if clients is None else clients:
         payload = sim.algorithm.payload(sim.state, cid, EVALUATE)
         s = sim.algorithm.policies(payload, sim.client(cid, 0, EVAL_KEY), sim.data.test[cid].x)
         out[cid] = s.float().mean(1).cpu().numpy().astype(np.float64)
     return out
+
+
+def pir_per_round(result: RunResult) -> np.ndarray:
+    """Figure 5a: each client's PIR (mean personal share) per round, ``(rounds, clients)``,
+    from the arrays FedCP reports every round (kept in the run's record at every evaluated
+    round: every round in FedCP's setting)."""
+    by_round = result.arrays("pir")
+    return np.array([np.asarray(by_round[r]) for r in sorted(by_round)])
+
+
+def final_personal_shares(result: RunResult) -> dict[int, np.ndarray]:
+    """Figure 5b from a run's final models: :func:`personal_shares` of the final state, kept in
+    the run's record (:func:`pflcore.records.derived_arrays`) so that a run read from its
+    record draws the figure without training."""
+    def compute(run_: RunResult) -> dict[str, np.ndarray]:
+        sim = final_simulation(run_)
+        try:
+            shares = personal_shares(sim)
+        finally:
+            sim.close()
+        ids = sorted(shares)
+        return {"ids": np.array(ids, dtype=np.int64),
+                "clients": np.concatenate([np.full(len(shares[c]), c, dtype=np.int64) for c in ids]),
+                "shares": np.concatenate([shares[c] for c in ids])}
+
+    kept = records.derived_arrays(result, "f5_personal_shares", compute)
+    return {int(c): kept["shares"][kept["clients"] == c] for c in kept["ids"]}
 
 
 def _rows(columns: list, rows: dict[str, list]) -> dict:

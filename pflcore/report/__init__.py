@@ -288,7 +288,8 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
     figures_dir = out / "notebook-figures" / spec.notebook
     with _records_only():
         [ran] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
-                              overrides={"quiet": True, "figures_dir": str(figures_dir)}, log=lambda *a, **k: None)
+                              overrides={**dict(spec.overrides), "quiet": True, "figures_dir": str(figures_dir)},
+                              log=lambda *a, **k: None)
     if ran.status != "ok":
         log(f"report: {spec.notebook} failed: {ran.error}")
         return None
