@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from pflcore.config import ExperimentConfig  # noqa: E402
+from pflcore.engine import run  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -100,6 +101,21 @@ def advance(sim, rounds: int):
 def strip(history: list[dict]) -> list[dict]:
     """A run's per-round records without their timings (which differ between runs)."""
     return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+
+class Killed(Exception):
+    """What :func:`run_killed_after` stops a run with: an exception from its round hook, as a kill would."""
+
+
+def run_killed_after(config, round_number: int | None = None) -> None:
+    """Run ``config`` and stop it after round ``round_number`` (None: after the first round
+    it finishes) the way a kill would, leaving whatever it had checkpointed."""
+    def kill(done: int, record: dict) -> None:
+        if round_number is None or done == round_number:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run(config, on_round_end=kill)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data, run
 from pflcore.training import EVAL_KEY, TRAIN_KEY
 
-from conftest import advance, strip
+from conftest import advance, run_killed_after, strip
 
 
 def simulate(make_config, method: str, rounds: int = 3, **params):
@@ -131,16 +131,8 @@ def test_same_seed_same_result_and_resume_keeps_the_adaptive_alpha(make_config):
     np.testing.assert_array_equal(again.acc_history, full.acc_history)
     assert len({h["alpha_mean"] for h in full.history}) == 5  # alpha moved every round
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_round_3(round_number, record):
-        if round_number == 3:
-            raise Killed
-
     cfg = make_config(method="apfl", method_params=params, rounds=5, name="killed", checkpoint_every=2)
-    with pytest.raises(Killed):
-        run(cfg, on_round_end=kill_after_round_3)
+    run_killed_after(cfg, 3)
     resumed = run(cfg)
     assert strip(resumed.history) == strip(full.history)
     np.testing.assert_array_equal(resumed.acc_history, full.acc_history)

@@ -12,7 +12,7 @@ from pflcore.config import ConfigError, ExperimentConfig
 from pflcore.engine import DivergenceError, ResultsConflictError, RunResult, Simulation, build_data, run
 from pflcore.engine.schedule import participants
 
-from conftest import strip
+from conftest import run_killed_after, strip
 
 
 def test_same_seed_same_numbers(make_config, tmp_path):
@@ -28,16 +28,8 @@ def test_same_seed_same_numbers(make_config, tmp_path):
 def test_resume_equals_uninterrupted(make_config, method):
     full = run(make_config(method=method, rounds=5, name="full"))
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_round_3(round_number, record):
-        if round_number == 3:
-            raise Killed
-
     cfg = make_config(method=method, rounds=5, name="killed", checkpoint_every=2)
-    with pytest.raises(Killed):
-        run(cfg, on_round_end=kill_after_round_3)
+    run_killed_after(cfg, 3)
     assert (full.path.parent / "killed" / "checkpoint.pt").exists()
     assert not (full.path.parent / "killed" / "summary.json").exists()
     resumed = run(cfg)
@@ -125,16 +117,8 @@ def test_a_checkpoint_written_in_fractions_resumes_in_percent(make_config):
     an uninterrupted run now."""
     full = run(make_config(rounds=4, name="full"))
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_round_2(round_number, record):
-        if round_number == 2:
-            raise Killed
-
     cfg = make_config(rounds=4, name="killed", checkpoint_every=2)
-    with pytest.raises(Killed):
-        run(cfg, on_round_end=kill_after_round_2)
+    run_killed_after(cfg, 2)
     path = full.path.parent / "killed" / "checkpoint.pt"
     ckpt = torch.load(path, weights_only=True)
     assert ckpt.pop("accuracy_unit") == "percent"

@@ -17,7 +17,7 @@ from pflcore.engine import Simulation, build_data, run
 from pflcore.models import mlp
 from pflcore.training import TrainSettings
 
-from conftest import advance, strip
+from conftest import advance, run_killed_after, strip
 
 
 def two_class_config(make_config, **changes):
@@ -253,16 +253,8 @@ def test_lr_decay_in_worker_processes_equals_in_process(make_config):
 def test_resume_with_lr_decay_equals_uninterrupted(make_config):
     full = run(make_config(method="fedfa", lr_decay=0.8, rounds=5, name="full"))
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_round_3(round_number, record):
-        if round_number == 3:
-            raise Killed
-
     cfg = make_config(method="fedfa", lr_decay=0.8, rounds=5, name="killed", checkpoint_every=2)
-    with pytest.raises(Killed):
-        run(cfg, on_round_end=kill_after_round_3)
+    run_killed_after(cfg, 3)
     resumed = run(cfg)
     assert strip(resumed.history) == strip(full.history)
     np.testing.assert_array_equal(resumed.acc_history, full.acc_history)

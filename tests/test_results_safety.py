@@ -20,6 +20,8 @@ import pflcore.engine.simulation as simulation
 from pflcore.engine import run
 from pflcore.engine.results import LOCK_NAME, ResultsError, RunDirectory, RunResult, atomic_write_json
 
+from conftest import run_killed_after
+
 
 def one_sentence(message: str) -> bool:
     return message.endswith(".") and ". " not in message and "\n" not in message
@@ -110,14 +112,7 @@ def test_a_finished_run_is_read_while_another_process_holds_its_lock(make_config
 def test_stale_temporary_files_go_once_the_lock_is_held(make_config):
     cfg = make_config(rounds=2, name="stale")
 
-    class Killed(Exception):
-        pass
-
-    def kill(round_number, record):
-        raise Killed
-
-    with pytest.raises(Killed):
-        run(cfg.replace(checkpoint_every=1), on_round_end=kill)
+    run_killed_after(cfg.replace(checkpoint_every=1))
     rundir = Path(cfg.output_dir) / "stale"
     assert not (rundir / LOCK_NAME).exists(), "the lock file outlived the run that held it"
     stale = rundir / ".checkpoint.pt.dead.tmp"
@@ -262,16 +257,8 @@ class PlantedCode:
 
 
 def interrupted_run(make_config):
-    class Killed(Exception):
-        pass
-
-    def kill(round_number, record):
-        if round_number == 2:
-            raise Killed
-
     cfg = make_config(rounds=3, name="ckpt", checkpoint_every=1)
-    with pytest.raises(Killed):
-        run(cfg, on_round_end=kill)
+    run_killed_after(cfg, 2)
     path = Path(cfg.output_dir) / "ckpt" / "checkpoint.pt"
     assert path.exists()
     return cfg, path
