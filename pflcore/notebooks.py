@@ -8,6 +8,7 @@ name (letters, digits, ``-``, ``_``) that some notebook has a file for.
 """
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import os
@@ -83,7 +84,8 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     at the smoke scale) and ``preset``; ``notebook`` names its preset folder (``"fedfa/t2_label_skew"``
     -> ``params/fedfa/t2_label_skew/<preset>.yaml``). For another preset, each value of that
     file is set in ``namespace`` (the notebook's ``globals()``) unless the notebook changed
-    it from its smoke value (an edit in Lab, or papermill's ``-p``): those are kept. Then the
+    it from its smoke value (an edit in Lab) or papermill set it (``-p``, even to the smoke
+    value: :func:`papermill_parameters`): those are kept. Then the
     path parameters (:data:`PATH_PARAMETERS`) are resolved under the project
     (:func:`project_path`; the working directory is left alone) and ``figures_dir`` is
     created. Prints where results and figures go; returns the preset's values as applied."""
@@ -100,8 +102,9 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     smoke = (read_yaml_file(folder / "smoke.yaml", "preset") or {}) if folder else {}
     chosen = smoke if preset == "smoke" else read_yaml_file(folder / f"{preset}.yaml", "preset") or {}
     kept = []
+    given = papermill_parameters(namespace)
     for name, value in chosen.items() if preset != "smoke" else ():
-        if name in namespace and name in smoke and namespace[name] != smoke[name]:
+        if name in namespace and name in smoke and (namespace[name] != smoke[name] or name in given):
             if namespace[name] != value:
                 kept.append(name)  # changed from the smoke value by the user: theirs wins
         else:
@@ -118,6 +121,23 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     log(f"preset {preset!r} (params/{notebook}/{preset}.yaml)" + (f"; kept your {', '.join(kept)}" if kept else "")
         + (f": {where}" if where else ""))
     return {n: namespace.get(n) for n in chosen}
+
+
+def papermill_parameters(namespace: dict) -> set[str]:
+    """The names papermill assigned in this kernel: its injected cell (the one whose source
+    starts with ``# Parameters``) is in IPython's input history ``In``. A value set there is
+    the caller's choice even where it equals the smoke value (``-p seeds "[0]"`` with the
+    paper preset runs seed 0 alone, not the preset's five seeds)."""
+    names: set[str] = set()
+    for source in namespace.get("In") or ():
+        if isinstance(source, str) and source.startswith("# Parameters\n"):
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                continue
+            names |= {target.id for node in tree.body if isinstance(node, ast.Assign)
+                      for target in node.targets if isinstance(target, ast.Name)}
+    return names
 
 
 def available_presets(root: Path) -> list[str]:

@@ -218,6 +218,11 @@ def test_use_preset_applies_the_preset_but_keeps_what_the_user_changed(tmp_path,
     assert paper["output_dir"] == str(root.resolve() / "results/paper/demo")
     assert "kept your seeds" in lines[0]
 
+    # papermill's -p seeds "[0]" equals the smoke value, yet it is the caller's choice: kept
+    injected = {**cell, "In": ["", '# Parameters\npreset = "paper"\nseeds = [0]\n', "use_preset(...)"]}
+    use_preset("demo/nb", "paper", injected, log=lambda *_: None)
+    assert injected["seeds"] == [0] and injected["rounds"] == 200
+
     with pytest.raises(PresetError, match="no preset 'nosuch'"):
         use_preset("demo/nb", "nosuch", dict(cell), log=lambda *_: None)
     monkeypatch.chdir(tmp_path)  # a notebook copied out of the project runs its cell's values
@@ -226,6 +231,28 @@ def test_use_preset_applies_the_preset_but_keeps_what_the_user_changed(tmp_path,
     assert copied["output_dir"] == str(tmp_path.resolve() / "results/smoke/demo")
     with pytest.raises(PresetError, match="not inside one"):
         use_preset("demo/nb", "paper", dict(cell), log=lambda *_: None)
+
+
+def test_a_value_papermill_sets_wins_over_the_preset_even_where_it_equals_the_smoke_value(tmp_path):
+    import nbformat
+    import papermill
+
+    root = tmp_path / "proj"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "params" / "nb").mkdir(parents=True)
+    (root / "params" / "nb" / "smoke.yaml").write_text("seeds: [0]\nrounds: 3\n")
+    (root / "params" / "nb" / "paper.yaml").write_text("seeds: [0, 1, 2, 3, 4]\nrounds: 300\n")
+    params = nbformat.v4.new_code_cell('preset = "smoke"\nseeds = [0]\nrounds = 3')
+    params.metadata["tags"] = ["parameters"]
+    body = nbformat.v4.new_code_cell("from pflcore.notebooks import use_preset\n"
+                                     "use_preset('nb', preset, globals())\n"
+                                     "open('chosen.txt', 'w').write(repr((seeds, rounds)))")
+    nbformat.write(nbformat.v4.new_notebook(cells=[params, body], metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}}), root / "notebooks" / "nb.ipynb")
+    papermill.execute_notebook(str(root / "notebooks" / "nb.ipynb"), str(tmp_path / "out.ipynb"),
+                               parameters={"preset": "paper", "seeds": [0]}, cwd=str(root / "notebooks"),
+                               progress_bar=False)
+    assert (root / "notebooks" / "chosen.txt").read_text() == "([0], 300)"
 
 
 def test_progress_lines_estimate_and_merged_summary(small_project, tmp_path, monkeypatch):
