@@ -6,8 +6,9 @@ narrowed (one method, one setting, one seed). The runner executes the notebook w
 papermill exactly as a user would (so the record's config is the notebook's own), the
 notebook writes the run's record under ``reproductions/<notebook>/``, and the runner
 notes it in ``reproductions/plan.json`` and commits both at once. Entries run cheapest
-first (``estimate_s``: seconds of rounds on this kind of 2-core machine, from earlier
-runs or, where none ran, from the round time of a similar method).
+per record first (``estimate_s``: seconds of rounds on this kind of 2-core machine, from
+earlier runs or, where none ran, from the round time of a similar method; an entry that
+trains FedAvg once and scores FedAvg-FT and kNN-Per from it yields three records).
 
     python -m pflcore.campaign status          # what exists, what remains, the seconds left
     python -m pflcore.campaign next [--count N] [--no-commit]
@@ -31,11 +32,27 @@ PLAN = "plan.json"
 
 @dataclass(frozen=True)
 class Entry:
+    """One run of the campaign: a notebook at its paper preset narrowed by ``parameters`` to
+    one seed and a setting. A table's entry names its ``methods`` (one, or a base method
+    followed by those scored from its final state), one record each; a figure's entry runs
+    what its notebook runs and writes ``records_written`` records."""
+
     notebook: str
-    label: str  # what the run is, e.g. "25% pfedfda"
+    label: str  # what the run is, e.g. "25% pfedfda" or "fedavg+fedavg_ft+knn_per"
     seed: int
     parameters: dict = field(default_factory=dict, hash=False, compare=False)
     estimate_s: float = 0.0
+    records_written: int = 0  # 0: one per method of ``parameters["methods"]``
+
+    @property
+    def methods(self) -> list[str]:
+        """The methods whose records it writes (the label's last word for a figure's entry)."""
+        return list(self.parameters.get("methods") or [self.label.split()[-1]])
+
+    @property
+    def seconds_per_record(self) -> float:
+        """The order of the campaign: an entry of three records for one training is cheap per record."""
+        return self.estimate_s / (self.records_written or len(self.methods))
 
     @property
     def key(self) -> str:
@@ -61,22 +78,36 @@ def _entries() -> list[Entry]:
                 out.append(Entry("fedfa/t2_label_skew", f"{setting} {method}", seed,
                                  {"settings": [setting], "methods": [method], "seeds": [seed]}, estimate))
     # FedPAC Table 1, Fashion-MNIST, 20 clients: all 15 rows
-    fedpac = {"local": 700, "fedavg": 1100, "fedavg_ft": 1150, "fedper": 1100, "lg_fedavg": 1100, "fedrep": 1200,
-              "fedbabu": 1150, "fedrod": 1300, "knn_per": 1300, "apfl": 930, "pfedme": 7300, "ditto": 2200,
+    # FedAvg-FT and kNN-Per train exactly as FedAvg (Algorithm.trains_as): one entry trains
+    # FedAvg and scores both from its final state, three records for one training
+    fedpac = {"local": 700, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 1100, "lg_fedavg": 1100, "fedrep": 1200,
+              "fedbabu": 1150, "fedrod": 1300, "apfl": 930, "pfedme": 7300, "ditto": 2200,
               "fedfomo": 2500, "pfedhn": 1900, "fedpac": 1740}
-    for method, estimate in fedpac.items():
+    for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
-            out.append(Entry("fedpac/t1_main", method, seed, {"methods": [method], "seed": seed}, estimate))
+            out.append(Entry("fedpac/t1_main", methods, seed, {"methods": methods.split("+"), "seed": seed}, estimate))
     # FedCP Table 2, MNIST practical (the authors' Dir(0.1) partition), 300 of the paper's 2,000 rounds
     fedcp = {"fedavg": 2400, "fedrep": 3000, "fedrod": 3200, "ditto": 4800, "fedcp": 5200}
     for method, estimate in fedcp.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedcp/t2_main", method, seed, {"methods": [method], "seeds": [seed], "rounds": 300},
                              estimate))
-    return sorted(out, key=lambda e: (e.estimate_s, e.notebook, e.label, e.seed))
+    # Figures that rest on runs of their own (report.catalogue.FIGURES), on Fashion-MNIST where
+    # the paper's dataset cannot be had here: FedPAC C.1 (three shares s, 50 rounds) and
+    # FedPAC Table 2's ablation bars (four variants, 200 rounds; "Both" is FedPAC itself, whose
+    # config equals Table 1's FedPAC run: its record serves both)
+    out.append(Entry("fedpac/c1_weight_heatmaps", "fmnist s=0/0.2/0.6 fedpac", 0, {"dataset": "fmnist", "seed": 0},
+                     1300, records_written=3))
+    out.append(Entry("fedpac/t2_ablation", "fmnist None/FA/CC fedpac", 0,
+                     {"dataset": "fmnist", "seed": 0, "variants": ["None", "w FA", "w CC"]}, 4500, records_written=3))
+    return sorted(out, key=lambda e: (e.seconds_per_record, e.notebook, e.label, e.seed))
 
 
-#: Every run of the campaign, cheapest first.
+#: The notebooks of the tables whose headline rows the campaign runs with three seeds.
+TABLE_NOTEBOOKS = ("pfedfda/t1_covariate_shift", "fedfa/t2_label_skew", "fedpac/t1_main", "fedcp/t2_main")
+
+
+#: Every run of the campaign, cheapest per record first.
 CAMPAIGN: list[Entry] = _entries()
 
 
@@ -96,7 +127,7 @@ def current_plan(root: Path | None = None) -> dict:
     runs = [{"key": e.key, "notebook": e.notebook, "label": e.label, "seed": e.seed, "parameters": e.parameters,
              "estimate_s": e.estimate_s, "records": done.get(e.key, [])} for e in CAMPAIGN]
     remaining = [r for r in runs if not r["records"]]
-    return {"about": "The seeds campaign (python -m pflcore.campaign): one entry per run, cheapest first; "
+    return {"about": "The seeds campaign (python -m pflcore.campaign): one entry per run, cheapest per record first; "
                      "'records' lists the committed records an entry produced, empty while it remains.",
             "done": len(runs) - len(remaining), "remaining": len(remaining),
             "remaining_estimate_s": sum(r["estimate_s"] for r in remaining), "runs": runs}
@@ -126,17 +157,22 @@ def run_entry(entry: Entry, root: Path, out: Path) -> list[str]:
 
 
 def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, home: Path | None = None,
-              log=print) -> None:
+              log=print, first: tuple[str, ...] = ()) -> None:
     """Run the next ``count`` entries in the project ``root`` (the working directory's);
     their records and the plan go to ``home`` (default: ``root``) and are committed there.
     A separate checkout as ``root`` keeps the code of a long campaign fixed (and its records'
-    commit clean) while work goes on in ``home``."""
+    commit clean) while work goes on in ``home``. ``first``: keys of entries to run before
+    the cheapest (a figure waiting on one run, say); an unknown key is refused before any run."""
+    unknown = [key for key in first if key not in {e.key for e in CAMPAIGN}]
+    if unknown:
+        raise ValueError(f"the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)")
     root = root or project_root()
     home = home or root
     out = root / "outputs" / "campaign"
     for _ in range(count):
         plan = current_plan(home)
         todo = [r for r in plan["runs"] if not r["records"]]
+        todo.sort(key=lambda r: first.index(r["key"]) if r["key"] in first else len(first))  # stable: then cheapest
         if not todo:
             log("campaign: every entry has its record.")
             return
@@ -205,8 +241,7 @@ def _existing(entry: Entry, root: Path) -> list[str]:
     folder = root / records.RECORDS_FOLDER / entry.notebook
     found = []
     for path, record in records.all_records(folder):
-        method = entry.parameters.get("methods", [None])[0]
-        if record["seed"] == entry.seed and record["config"]["method"] == method:
+        if record["seed"] == entry.seed and record["config"]["method"] in entry.methods:
             found.append(str(path.relative_to(root)))
     return found
 
@@ -215,10 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pflcore.campaign", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("status", help="what exists and what remains")
-    nxt = sub.add_parser("next", help="run the next entries, cheapest first, and commit their records")
+    nxt = sub.add_parser("next", help="run the next entries, cheapest per record first, and commit their records")
     nxt.add_argument("--count", type=int, default=1)
     nxt.add_argument("--no-commit", action="store_true")
     nxt.add_argument("--home", type=Path, help="project whose reproductions/ receives the records (default: this one)")
+    nxt.add_argument("--first", action="append", default=[], metavar="KEY",
+                     help="an entry's key (as status prints it) to run before the cheapest; repeat for several")
     args = parser.parse_args(argv)
     if args.command == "status":
         plan = current_plan()
@@ -227,7 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         for r in plan["runs"]:
             print(f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}")
         return 0
-    next_runs(args.count, commit=not args.no_commit, home=args.home.resolve() if args.home else None)
+    try:
+        next_runs(args.count, commit=not args.no_commit, home=args.home.resolve() if args.home else None,
+                  first=tuple(args.first))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

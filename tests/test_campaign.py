@@ -8,20 +8,41 @@ from collections import Counter
 from pathlib import Path
 
 from pflcore import campaign, records
+from pflcore.algorithms import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_campaign_has_three_seeds_for_each_of_its_36_settings_cheapest_first():
-    settings = Counter((e.notebook, e.label) for e in campaign.CAMPAIGN)
+def test_the_campaign_has_three_seeds_for_each_of_its_36_settings_cheapest_per_record_first():
+    tables = [e for e in campaign.CAMPAIGN if e.notebook in campaign.TABLE_NOTEBOOKS]
+    settings = Counter((e.notebook, e.label.rsplit(" ", 1)[0] if " " in e.label else "", method)
+                       for e in tables for method in e.methods)
     assert len(settings) == 36 and set(settings.values()) == {3}
     assert len({e.key for e in campaign.CAMPAIGN}) == len(campaign.CAMPAIGN)
-    estimates = [e.estimate_s for e in campaign.CAMPAIGN]
-    assert estimates == sorted(estimates) and all(s > 0 for s in estimates)
-    for entry in campaign.CAMPAIGN:  # each narrows its notebook to one method and one seed
+    costs = [e.seconds_per_record for e in campaign.CAMPAIGN]
+    assert costs == sorted(costs) and all(s > 0 for s in costs)
+    for entry in tables:  # each narrows its notebook to one seed and the methods it names
         params = entry.parameters
-        assert params["methods"] == [entry.label.split()[-1]]
+        assert params["methods"] == entry.label.split()[-1].split("+") and entry.records_written == 0
+        # a run of several methods trains the first once and scores the others from its final state
+        assert all(ALGORITHMS[m].trains_as == params["methods"][0] for m in params["methods"][1:])
         assert params.get("seed", (params.get("seeds") or [None])[0]) == entry.seed
+
+
+def test_each_figure_that_rests_on_runs_of_its_own_has_an_entry_that_writes_them():
+    from pflcore.report.catalogue import FIGURES
+
+    figures = [e for e in campaign.CAMPAIGN if e.notebook not in campaign.TABLE_NOTEBOOKS]
+    own = {spec.notebook: spec for spec in FIGURES if any(n.notebook == spec.notebook for n in spec.needs)}
+    entries = {e.notebook: e for e in figures}
+    for notebook, spec in own.items():
+        if notebook in entries:  # its needs are what the entry writes
+            entry = entries[notebook]
+            mine = [n for n in spec.needs if n.notebook == notebook]
+            assert len(mine) == entry.records_written
+            assert {(n.method, n.seed) for n in mine} == {(entry.methods[0], entry.seed)}
+            assert dict(spec.overrides).items() <= entry.parameters.items()
+    assert set(entries) >= {"fedpac/c1_weight_heatmaps", "fedpac/t2_ablation"}
 
 
 def test_the_plan_file_agrees_with_the_records_folder():
@@ -35,7 +56,7 @@ def test_the_plan_file_agrees_with_the_records_folder():
         for rel in row["records"]:
             record = records.read(ROOT / rel)  # exists and is a valid record
             assert record["notebook"] == entry.notebook and record["seed"] == entry.seed
-            assert record["config"]["method"] == entry.parameters["methods"][0]
+            assert record["config"]["method"] in entry.methods
             claimed.add(rel)
     if plan["runs"]:
         done = sum(bool(r["records"]) for r in plan["runs"])
@@ -81,3 +102,16 @@ def test_a_commit_takes_added_and_removed_figures_and_nothing_else(tmp_path):
     assert git("status", "--short") == " M other.txt\n", "the commit swept another file"
     campaign._commit(tmp_path, ["figures"], "again", log=lambda *a, **k: None)  # nothing changed: no commit
     assert git("log", "--format=%s").count("\n") == 2
+
+
+def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_refused(tmp_path, monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    wanted = campaign.CAMPAIGN[7].key
+    campaign.next_runs(1, commit=False, root=tmp_path, first=(wanted,), log=lambda *a, **k: None)
+    campaign.next_runs(1, commit=False, root=tmp_path, log=lambda *a, **k: None)
+    assert ran == [wanted, campaign.CAMPAIGN[0].key]
+    assert campaign.main(["next", "--first", "no such run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the campaign has no entry 'no such run'") and err.count("\n") == 1
+    assert ran == [wanted, campaign.CAMPAIGN[0].key], "a refused call ran something"

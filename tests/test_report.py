@@ -84,9 +84,24 @@ def test_each_figure_drawn_from_records_is_a_catalogue_item_and_names_the_runs_i
     for spec in FIGURES:
         assert items[(spec.paper, spec.id)].notebook == spec.notebook
         assert (ROOT / "notebooks" / f"{spec.notebook}.ipynb").is_file() and spec.needs
-        for notebook, column, _, _ in spec.needs:
-            assert (ROOT / "notebooks" / f"{notebook}.ipynb").is_file()
-            assert column is None or column in tables[notebook].columns
+        for need in spec.needs:
+            assert (ROOT / "notebooks" / f"{need.notebook}.ipynb").is_file()
+            assert need.column is None or need.column in tables[need.notebook].columns
+
+
+def test_a_figure_need_matches_the_record_of_its_method_seed_and_partition():
+    from pflcore.report.catalogue import Need
+
+    def record(method="fedpac", seed=0, s=0.2):
+        return {"notebook": "fedpac/c1_weight_heatmaps", "seed": seed,
+                "config": {"method": method, "partition": {"s": s, "samples_per_client": 600}}}
+
+    need = Need("fedpac/c1_weight_heatmaps", "fedpac", 0, where=(("partition.s", 0.2),))
+    assert need.matches(record())
+    assert not need.matches(record(s=0.6)) and not need.matches(record(seed=1))
+    assert not need.matches(record(method="fedavg"))
+    assert not need.matches({**record(), "notebook": "fedpac/t1_main"})
+    assert not Need("fedpac/c1_weight_heatmaps", "fedpac", 0, where=(("method_params.lam", 1),)).matches(record())
 
 
 def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(tmp_path):

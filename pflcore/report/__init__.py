@@ -276,12 +276,9 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
     from ..notebooks import run_notebooks
     from .pages import notebook_html
 
-    tables = {t.notebook: t for t in TABLES}
     used = []
-    for notebook, column, method, seed in spec.needs:
-        match = [r for _, r in found if r["notebook"] == notebook and r["config"]["method"] == method
-                 and r["seed"] == seed and (column is None or (notebook in tables and tables[notebook].accepts(r)
-                                                               and tables[notebook].column_of(r) == column))]
+    for need in spec.needs:
+        match = [r for _, r in found if need.matches(r)]
         if not match:
             return None
         used.append(record_ref(match[0]))

@@ -258,29 +258,72 @@ TABLES: list[TableSpec] = [
 
 
 @dataclass(frozen=True)
+class Need:
+    """One run a figure rests on: the record of ``method`` at ``seed`` written by
+    ``notebook``, in a table's ``column`` (for a table notebook) and with the config values
+    of ``where`` (dotted paths, ``"partition.s"``: a notebook that runs one method several
+    ways)."""
+
+    notebook: str
+    method: str
+    seed: int
+    column: str | None = None
+    where: tuple[tuple[str, object], ...] = ()
+
+    def matches(self, record: dict) -> bool:
+        config = record["config"]
+        if (record["notebook"], config["method"], record["seed"]) != (self.notebook, self.method, self.seed):
+            return False
+        for path, value in self.where:
+            found = config
+            for part in path.split("."):
+                found = found.get(part) if isinstance(found, dict) else None
+            if found != value:
+                return False
+        if self.column is None:
+            return True
+        table = next((t for t in TABLES if t.notebook == self.notebook), None)
+        return table is not None and table.accepts(record) and table.column_of(record) == self.column
+
+
+@dataclass(frozen=True)
 class FigureSpec:
     """A figure notebook the report executes at its ``paper`` preset, reading every run from
     its record, once each run it draws has one (the report never trains). ``needs``: the
-    records it rests on, as (notebook of the record, table column or None, method, seed)."""
+    records it rests on."""
 
     paper: str
     id: str
     notebook: str
-    needs: tuple[tuple[str, str | None, str, int], ...]
+    needs: tuple[Need, ...]
     caption: str
     overrides: tuple[tuple[str, object], ...] = ()  # parameters over the paper preset's, so its run is the record's
 
 
 FIGURES: list[FigureSpec] = [
-    FigureSpec(_A, "F2", "fedfa/f2_tsne", (("fedfa/f2_tsne", None, "fedavg", 2021), ("fedfa/f2_tsne", None, "fedfa", 2021)),
+    FigureSpec(_F, "C1", "fedpac/c1_weight_heatmaps",
+               tuple(Need("fedpac/c1_weight_heatmaps", "fedpac", 0, where=(("partition.s", s),)) for s in (0.0, 0.2, 0.6)),
+               "FedPAC appendix C.1 on Fashion-MNIST (the paper's CIFAR-10 cannot be had here): the classifier "
+               "combination weights each client gives the others at rounds 1, 20 and 50, clients ordered by their "
+               "group of classes, one figure per share s of data drawn from all classes",
+               overrides=(("dataset", "fmnist"),)),
+    FigureSpec(_F, "T2", "fedpac/t2_ablation",
+               (*(Need("fedpac/t2_ablation", "fedpac", 0, where=tuple((f"method_params.{k}", v) for k, v in p.items()))
+                  for p in ({"feature_alignment": False, "classifier_collab": False},
+                            {"feature_alignment": True, "classifier_collab": False},
+                            {"feature_alignment": False, "classifier_collab": True})),
+                Need("fedpac/t1_main", "fedpac", 0, column="fmnist 20")),
+               "FedPAC Table 2's ablation on Fashion-MNIST, 20 clients, 200 rounds, seed 0: FedPAC without feature "
+               "alignment (FA) and classifier collaboration (CC), with one of them, and with both (the run of Table "
+               "1's campaign, whose config is the same); the paper's numbers are marked"),
+    FigureSpec(_A, "F2", "fedfa/f2_tsne", (Need("fedfa/f2_tsne", "fedavg", 2021), Need("fedfa/f2_tsne", "fedfa", 2021)),
                "FedFA appendix F.2 on Fashion-MNIST (the paper also shows it): t-SNE of each client's local features "
                "and the cosine similarities of feature pairs across clients, after the last round"),
-    FigureSpec(_C, "F5", "fedcp/f5_policy", (("fedcp/t2_main", "practical mnist", "fedcp", 0),),
+    FigureSpec(_C, "F5", "fedcp/f5_policy", (Need("fedcp/t2_main", "fedcp", 0, column="practical mnist"),),
                "FedCP Figure 5 on MNIST, practical setting (the authors' partition): each client's PIR per round and "
                "the personal share of its test samples under the final policy; the run of Table 2's campaign, 300 "
                "rounds, seed 0 (the paper ran 2,000 rounds)", overrides=(("rounds", 300),)),
-    FigureSpec(_D, "F2", "pfedfda/f2_beta_vs_corruption", (("pfedfda/t1_covariate_shift", "100", "pfedfda", 0),),
+    FigureSpec(_D, "F2", "pfedfda/f2_beta_vs_corruption", (Need("pfedfda/t1_covariate_shift", "pfedfda", 0, column="100"),),
                "pFedFDA Figure 2 on Fashion-MNIST-S (the paper's CIFAR10-S cannot be had here): each client's beta "
                "at the last evaluated round against its corruption; the run of Table 1's 100% column, seed 0"),
 ]
-
