@@ -65,6 +65,24 @@ def test_verdict_uses_one_std_over_seeds_or_one_point():
     assert verdict(near, "acc_mean")[0] == "reproduced" and not math.isfinite(near.std("acc_mean"))
 
 
+def test_a_row_that_differs_points_to_its_investigation_note_or_says_it_has_none():
+    import dataclasses
+
+    from pflcore.report.pages import Page, render_paper
+
+    spec = dataclasses.replace(TABLES[0], row_notes=((TABLES[0].columns[0], "fedavg", "The authors' code ..."),))
+    column = spec.columns[0]
+    cells = {(column, m): Cell(column, m, paper=spec.paper_numbers(column).get(m)) for m in spec.rows}
+    for method, acc in (("fedavg", 60.0), ("local", 50.0), ("fedpac", spec.paper_numbers(column)["fedpac"])):
+        cells[(column, method)].runs = [record(spec.notebook, method, 0, acc)]
+    from html import unescape
+
+    html = unescape(render_paper(Page(spec.paper, "t", tables=[(spec, cells, [], None, [])]), verdict))
+    assert "-25.28 points; see note 1" in html and "The authors' code ..." in html
+    assert "-35.68 points; not investigated yet" in html
+    assert html.count("not investigated yet") == 1  # FedPAC is within a point: reproduced
+
+
 def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
     notebooks = {p.relative_to(ROOT / "notebooks").with_suffix("").as_posix()
                  for p in (ROOT / "notebooks").glob("*/*.ipynb") if p.parent.name in ("fedpac", "fedcp", "fedfa",

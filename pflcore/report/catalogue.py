@@ -174,6 +174,12 @@ class TableSpec:
     note: str = ""
     curve_key: str = "acc_mean"
     curve_label: str = "mean client accuracy (%)"
+    #: (column, method, note): why a row that differs from the paper differs, as investigated
+    #: (what the authors' code does, what was tried, what remains); shown under its table
+    row_notes: tuple[tuple[str, str, str], ...] = ()
+
+    def row_note(self, column: str, method: str) -> str | None:
+        return next((note for c, m, note in self.row_notes if (c, m) == (column, method)), None)
 
     def paper_numbers(self, column: str) -> dict:
         return self.paper_table(column) or {}

@@ -76,6 +76,7 @@ here. {{ t.claim_text }}.</p>{% endif %}
 {% endfor %}
 </table>
 {% endfor %}
+{% if t.notes %}<ol class="notes">{% for row, note in t.notes %}<li><b>{{ row }}</b>: {{ note }}</li>{% endfor %}</ol>{% endif %}
 {% for src, caption in t.figures %}<figure><img src="{{ src }}" alt="{{ caption }}"><figcaption>{{ caption }}</figcaption></figure>{% endfor %}
 {% if t.notebooks %}<p>Executed notebooks (from the records):</p><ul>
 {% for href, caption in t.notebooks %}<li><a href="{{ href }}">{{ caption }}</a></li>{% endfor %}</ul>{% endif %}
@@ -122,7 +123,7 @@ def _num(value: float, std: float | None = None) -> str:
 def render_paper(page: Page, verdict: Callable) -> str:
     tables = []
     for spec, cells, figures, claim, notebooks in page.tables:
-        columns, used = [], []
+        columns, used, notes = [], [], []
         for column in spec.columns:
             rows = []
             for method in spec.rows:
@@ -131,6 +132,11 @@ def render_paper(page: Page, verdict: Callable) -> str:
                 status, why = verdict(cell, spec.metric)
                 if not spec.comparable and cell.n:
                     status, why = "reference only", "the paper's number is for another dataset"
+                elif status == "differs":  # investigated in a note under the table, or said to be not yet
+                    note = spec.row_note(column, method)
+                    if note:
+                        notes.append((f"{display_name(method)}, {spec.column_title(column)}", note))
+                    why += f"; see note {len(notes)}" if note else "; not investigated yet"
                 diff = (cell.mean(spec.metric) - cell.paper if cell.n and cell.paper is not None and spec.comparable
                         else float("nan"))  # no difference to another dataset's number
                 spr = [r["provenance"].get("seconds_per_round") for r in cell.runs]
@@ -153,7 +159,7 @@ def render_paper(page: Page, verdict: Callable) -> str:
             "claim": claim is not None, "claim_words": spec.claim_words,
             "claim_status": claim["status"] if claim else "", "claim_text": claim["text"] if claim else "",
             "claim_css": ("holds" if claim and claim["status"].startswith("holds") else "does-not-hold"),
-            "records": sorted(set(used))})
+            "records": sorted(set(used)), "notes": notes})
     body = _ENV.from_string(_PAPER).render(title=page.title, tables=tables, figures=page.figures)
     return _wrap(display_name(page.paper), body)
 
