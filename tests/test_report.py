@@ -223,3 +223,18 @@ def test_pflcore_report_builds_the_pages_from_the_command_line(tmp_path, capsys)
     assert main(["report", "--no-notebooks", "--out", str(tmp_path / "site")]) == 0
     assert (tmp_path / "site" / "index.html").exists() and (tmp_path / "site" / "records.html").exists()
     assert "open " in capsys.readouterr().out
+
+
+def test_fedpac_c2_is_drawn_from_the_table_1_records_once_they_exist(tmp_path):
+    from html import unescape
+
+    root = tmp_path / "proj"
+    for folder in ("notebooks", "params", "reproductions/fedpac/t1_main"):
+        (root / folder).mkdir(parents=True)
+    index = build(tmp_path / "empty", root=root, execute=False, log=lambda *a: None)
+    assert "C2</td>" in index.read_text() and "drawn from records" not in index.read_text()
+    rec = record("fedpac/t1_main", "fedavg", 0, 84.0, dataset="fmnist")
+    (root / "reproductions" / "fedpac" / "t1_main" / records.record_name(rec)).write_text(json.dumps(rec))
+    text = unescape(build(tmp_path / "site", root=root, execute=False, log=lambda *a: None).read_text())
+    row = text[text.index("C2</td>"):].split("</tr>")[0]
+    assert "drawn from records" in row and "T1's records" in row

@@ -194,6 +194,10 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
         notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn) if execute else []
         pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
+        if figures and spec.curves_item:
+            table_status[(spec.paper, spec.curves_item)] = (
+                "drawn from records", f"the accuracy curves of {spec.id}'s records, mean over the recorded seeds; "
+                                      "see the paper's page")
     for spec in FIGURES if execute else ():
         drawn_here = execute_figure(spec, found, root, out, log, drawn)
         if drawn_here is not None:

@@ -177,6 +177,7 @@ class TableSpec:
     #: (column, method, note): why a row that differs from the paper differs, as investigated
     #: (what the authors' code does, what was tried, what remains); shown under its table
     row_notes: tuple[tuple[str, str, str], ...] = ()
+    curves_item: str | None = None  # the catalogue item its records' accuracy curves are (FedPAC C.2)
 
     def row_note(self, column: str, method: str) -> str | None:
         return next((note for c, m, note in self.row_notes if (c, m) == (column, method)), None)
@@ -218,7 +219,8 @@ TABLES: list[TableSpec] = [
         "split (drawn with the same label distribution as its training split), at the final round (200); the "
         "number is the unweighted mean over the 20 clients, as the paper reports.",
         accepts=lambda r: r["config"]["rounds"] == 200,
-        claim=_first_place("fmnist 20", "fedpac", "acc_mean"), claim_words="FedPAC is first in the column."),
+        claim=_first_place("fmnist 20", "fedpac", "acc_mean"), claim_words="FedPAC is first in the column.",
+        curves_item="C2"),
     TableSpec(
         _C, "T2", "FedCP Table 2, MNIST practical (the authors' Dir(0.1) partition)", "fedcp/t2_main",
         "best_acc_weighted", "best evaluated round, pooled over clients", ("practical mnist",),
