@@ -236,14 +236,11 @@ def _table_status(spec: TableSpec, cells: dict[tuple[str, str], Cell]) -> tuple[
 
 
 def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root: Path, out: Path,
-                      log, drawn: list[dict] | None = None) -> list[tuple[str, str]]:
+                      log, drawn: list[dict]) -> list[tuple[str, str]]:
     """Run the table's notebook at the paper preset, narrowed to what is recorded (one
     execution per column, first recorded seed), reading every run from its record; each
     executed copy becomes an HTML page. Returns (href, caption) pairs; the figures the
     notebook saved are appended to ``drawn`` with the records they rest on."""
-    from ..notebooks import run_notebooks
-    from .pages import notebook_html
-
     pages = []
     for column in spec.columns:
         recorded = [m for m in spec.rows if cells[(column, m)].n]
@@ -251,25 +248,12 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
             continue
         seed = min(min(cells[(column, m)].seeds()) for m in recorded)
         methods = [m for m in recorded if seed in cells[(column, m)].seeds()]
-        figures_dir = out / "notebook-figures" / spec.notebook / _slug(column)
-        overrides = {**spec.narrow(column, methods, seed), "quiet": True, "figures_dir": str(figures_dir)}
-        target = out / "notebooks"
-        with _records_only():
-            [ran] = run_notebooks("paper", target, only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
-                                  overrides=overrides, log=lambda *a, **k: None)
-        name = f"{spec.notebook.replace('/', '-')}-{_slug(column)}.html"
-        if ran.status != "ok":
-            log(f"report: {spec.notebook} ({column}) failed: {ran.error}")
-            continue
-        (out / name).write_text(notebook_html(Path(ran.output)), encoding="utf-8")
-        used = sorted(record_ref(r) for m in methods for r in cells[(column, m)].runs if r["seed"] == seed)
-        for png in sorted(figures_dir.rglob("*.png")) if drawn is not None else ():
-            drawn.append({"figure": png.relative_to(out).as_posix(),
-                          "as": f"{spec.notebook}/{_slug(column)}/{png.relative_to(figures_dir).as_posix()}",
-                          "records": used})
-        pages.append((name, f"{spec.notebook} at the paper preset, {spec.column_title(column)}, seed {seed}, "
-                            f"{len(methods)} recorded method(s), read from their records"))
-        log(f"report: executed {spec.notebook} ({column}) from records in {ran.seconds:.0f} s")
+        used = [record_ref(r) for m in methods for r in cells[(column, m)].runs if r["seed"] == seed]
+        ran = _execute_from_records(spec.notebook, spec.narrow(column, methods, seed), f"{spec.notebook}/{_slug(column)}",
+                                    used, root, out, log, drawn)
+        if ran is not None:
+            pages.append((ran[0], f"{spec.notebook} at the paper preset, {spec.column_title(column)}, seed {seed}, "
+                                  f"{len(methods)} recorded method(s), read from their records"))
     return pages
 
 
@@ -277,33 +261,46 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
                    drawn: list[dict]) -> dict | None:
     """Run a figure notebook at its paper preset from the records it rests on, once each has
     one (else None: not yet); its figures join ``drawn``. Returns what its paper page shows."""
-    from ..notebooks import run_notebooks
-    from .pages import notebook_html
-
     used = []
     for need in spec.needs:
         match = [r for _, r in found if need.matches(r)]
         if not match:
             return None
         used.append(record_ref(match[0]))
-    figures_dir = out / "notebook-figures" / spec.notebook
+    ran = _execute_from_records(spec.notebook, dict(spec.overrides), spec.notebook, used, root, out, log, drawn)
+    if ran is None:
+        return None
+    name, figures = ran
+    images = [(rel, f"{spec.caption} ({Path(rel).name})") for rel in figures]
+    return {"id": spec.id, "caption": spec.caption, "images": images, "notebook": name, "records": sorted(used)}
+
+
+def _execute_from_records(notebook: str, overrides: dict, where: str, used: list[str], root: Path, out: Path, log,
+                          drawn: list[dict]) -> tuple[str, list[str]] | None:
+    """Execute ``notebook`` at its paper preset with ``overrides``, every run read from its
+    record (one without is refused, never trained); write its HTML page; add the figures it
+    saved to ``drawn`` as ``figures/<where>/...`` resting on the records ``used``. Returns
+    the page's name and the figures' paths under ``out``, or None if it failed."""
+    from ..notebooks import run_notebooks
+    from .pages import notebook_html
+
+    figures_dir = out / "notebook-figures" / where
     with _records_only():
-        [ran] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{spec.notebook}.ipynb"], root=root,
-                              overrides={**dict(spec.overrides), "quiet": True, "figures_dir": str(figures_dir)},
+        [ran] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{notebook}.ipynb"], root=root,
+                              overrides={**overrides, "quiet": True, "figures_dir": str(figures_dir)},
                               log=lambda *a, **k: None)
     if ran.status != "ok":
-        log(f"report: {spec.notebook} failed: {ran.error}")
+        log(f"report: {where} failed: {ran.error}")
         return None
-    name = f"{spec.notebook.replace('/', '-')}.html"
+    name = f"{where.replace('/', '-')}.html"
     (out / name).write_text(notebook_html(Path(ran.output)), encoding="utf-8")
-    images = []
+    figures = []
     for png in sorted(figures_dir.rglob("*.png")):
-        rel = png.relative_to(out).as_posix()
-        images.append((rel, f"{spec.caption} ({png.name})"))
-        drawn.append({"figure": rel, "as": f"{spec.notebook}/{png.relative_to(figures_dir).as_posix()}",
+        figures.append(png.relative_to(out).as_posix())
+        drawn.append({"figure": figures[-1], "as": f"{where}/{png.relative_to(figures_dir).as_posix()}",
                       "records": sorted(used)})
-    log(f"report: executed {spec.notebook} from records in {ran.seconds:.0f} s")
-    return {"id": spec.id, "caption": spec.caption, "images": images, "notebook": name, "records": sorted(used)}
+    log(f"report: executed {where} from records in {ran.seconds:.0f} s")
+    return name, figures
 
 
 @contextmanager
