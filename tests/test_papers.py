@@ -88,3 +88,13 @@ def test_round_seconds_leaves_out_evaluated_rounds():
                {"round": 3, "seconds": 14.0, "participants": [0, 1, 2, 3]}]
     result = _result(pfedfda_config("fedavg"), [50.0], [1], history)
     assert round_seconds(result) == (3.0, 1.0)  # medians of rounds 1 and 3: 2 and 4 s, 2/2 and 4/4 s per client
+
+
+def test_every_method_and_every_dataset_has_a_display_name():
+    from pflcore.algorithms import ALGORITHMS
+    from pflcore.data.sources import DATASETS
+    from pflcore.papers import display_name
+
+    for name in (*ALGORITHMS, *(d for d in DATASETS if d != "pfllib")):
+        assert display_name(name) != name or name.isupper(), name
+    assert display_name("fmnist") == "Fashion-MNIST" and display_name("fedavg_ft") == "FedAvg-FT"

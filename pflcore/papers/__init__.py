@@ -44,13 +44,19 @@ DISPLAY_NAMES = {
     "fedamp": "FedAMP", "fedphp": "FedPHP", "ccvr": "CCVR", "hypcluster": "HypCluster", "fedem": "FedEM",
     "fedem_ft": "FedEM-FT",
 }
+#: How figures name each dataset, keyed by pflcore's id.
+DATASET_NAMES = {
+    "fmnist": "Fashion-MNIST", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
+    "cinic10": "CINIC-10", "tinyimagenet": "Tiny-ImageNet", "agnews": "AG News", "digits": "digits (scikit-learn)",
+    "svhn": "SVHN", "usps": "USPS", "synthdigits": "SynthDigits", "mnistm": "MNIST-M", "digit5": "Digit-Five",
+}
 
 
 def display_name(label: str) -> str:
-    """A row label as a reader expects it: ``"fedavg_ft"`` -> ``"FedAvg-FT"``,
-    ``"hypcluster k=3"`` -> ``"HypCluster k=3"``."""
+    """A row label or a dataset as a reader expects it: ``"fedavg_ft"`` -> ``"FedAvg-FT"``,
+    ``"hypcluster k=3"`` -> ``"HypCluster k=3"``, ``"fmnist"`` -> ``"Fashion-MNIST"``."""
     method, _, rest = label.partition(" ")
-    name = DISPLAY_NAMES.get(method, method)
+    name = DISPLAY_NAMES.get(method) or DATASET_NAMES.get(method, method)
     return f"{name} {rest}" if rest else name
 
 
@@ -67,4 +73,4 @@ def missing_members(dataset: str, data_root: str | None = None, download: bool =
     return missing
 
 
-__all__ = ["DISPLAY_NAMES", "display_name", "missing_members", "split_label"]
+__all__ = ["DATASET_NAMES", "DISPLAY_NAMES", "display_name", "missing_members", "split_label"]
