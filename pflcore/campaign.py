@@ -100,6 +100,11 @@ def _entries() -> list[Entry]:
                      1300, records_written=3))
     out.append(Entry("fedpac/t2_ablation", "fmnist None/FA/CC fedpac", 0,
                      {"dataset": "fmnist", "seed": 0, "variants": ["None", "w FA", "w CC"]}, 4500, records_written=3))
+    # FedFA Figure 4: Table 2's #C=2 run with the feature probe, one entry per method, the paper's first seed
+    fedfa_f4 = {"fedavg": 1300, "fedprox": 1400, "feddyn": 1500, "fedproc": 1800, "fedfa": 2100, "moon": 2500}
+    for method, estimate in fedfa_f4.items():
+        out.append(Entry("fedfa/f4_feature_distance", f"c2 {method}", 2021, {"methods": [method], "seed": 2021},
+                         estimate))
     return sorted(out, key=lambda e: (e.seconds_per_record, e.notebook, e.label, e.seed))
 
 

@@ -327,6 +327,12 @@ FIGURES: list[FigureSpec] = [
     FigureSpec(_A, "F2", "fedfa/f2_tsne", (Need("fedfa/f2_tsne", "fedavg", 2021), Need("fedfa/f2_tsne", "fedfa", 2021)),
                "FedFA appendix F.2 on Fashion-MNIST (the paper also shows it): t-SNE of each client's local features "
                "and the cosine similarities of feature pairs across clients, after the last round"),
+    FigureSpec(_A, "F4", "fedfa/f4_feature_distance",
+               tuple(Need("fedfa/f4_feature_distance", m, 2021)
+                     for m in ("fedavg", "fedprox", "feddyn", "moon", "fedproc", "fedfa")),
+               "FedFA Figure 4 on Fashion-MNIST, #C = 2, 100 clients at rate 0.1, 200 rounds, seed 2021: the feature "
+               "distance between clients' models (10 test samples per class) and the similarity of their classifier "
+               "updates, per round"),
     FigureSpec(_C, "F5", "fedcp/f5_policy", (Need("fedcp/t2_main", "fedcp", 0, column="practical mnist"),),
                "FedCP Figure 5 on MNIST, practical setting (the authors' partition): each client's PIR per round and "
                "the personal share of its test samples under the final policy; the run of Table 2's campaign, 300 "
