@@ -126,6 +126,25 @@ def same_samples(x: Cell, y: Cell) -> list[tuple[int, int, int, float]]:
     return out
 
 
+def close_rivals(mine: Cell, others: list[Cell], metric: str) -> str:
+    """For each rival whose mean is within one std (over seeds) of ``mine``: the paired
+    t-test over the seeds both have, and per seed the exact McNemar test on the same test
+    samples (where the records keep per-sample hits). "" where no rival is that close."""
+    text = ""
+    spread = mine.std(metric)
+    close = [c for c in others if math.isfinite(spread) and abs(mine.mean(metric) - c.mean(metric)) <= spread]
+    for rival in close:
+        a, b = seed_matched(mine, rival, metric)
+        p = paired_t(a, b)
+        text += (f"; paired over {len(a)} seeds against {display_name(rival.method)}: "
+                 + (f"t-test p = {p:.3f}" if p is not None else "too few seeds for a t-test"))
+        tests = same_samples(mine, rival)
+        if tests:
+            text += ("; on the same test samples (exact McNemar, per seed): "
+                     + ", ".join(f"seed {seed}: {a_only} vs {b_only}, p = {pv:.3g}" for seed, a_only, b_only, pv in tests))
+    return text
+
+
 def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
     """Whether ``method`` has the best mean in ``column`` (claims of FedPAC and FedCP); a
     rival within one std is tested paired over seeds."""
@@ -138,16 +157,7 @@ def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
     text = (f"{display_name(method)} {mine.mean(metric):.2f} (n={mine.n}) against the best other, "
             f"{display_name(best_other.method)} {best_other.mean(metric):.2f} (n={best_other.n}): "
             f"{lead:+.2f} points")
-    close = [c for c in others if abs(mine.mean(metric) - c.mean(metric)) <= max(mine.std(metric) or 0, 0)]
-    for rival in close:
-        a, b = seed_matched(mine, rival, metric)
-        p = paired_t(a, b)
-        text += (f"; paired over {len(a)} seeds against {display_name(rival.method)}: "
-                 + (f"t-test p = {p:.3f}" if p is not None else "too few seeds for a t-test"))
-        tests = same_samples(mine, rival)
-        if tests:
-            text += ("; on the same test samples (exact McNemar, per seed): "
-                     + ", ".join(f"seed {seed}: {a_only} vs {b_only}, p = {pv:.3g}" for seed, a_only, b_only, pv in tests))
+    text += close_rivals(mine, others, metric)
     complete = all(c.n for (col, m), c in cells.items() if col == column)
     status = "holds" if lead > 0 else "does not hold"
     if not complete:
@@ -362,4 +372,4 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in str(text)).strip("-").lower()
 
 
-__all__ = ["Cell", "build", "cells_of", "commit_figures", "first_place", "paired_t", "verdict"]
+__all__ = ["Cell", "build", "cells_of", "close_rivals", "commit_figures", "first_place", "paired_t", "verdict"]

@@ -131,6 +131,8 @@ def _lead(method: str, over: str, columns: tuple[str, ...], metric: str, expecte
 
 def _scarcity_gain(cells: dict) -> dict:
     """pFedFDA's claim: it gains most over the baselines under scarcity (25%) and shift."""
+    from . import close_rivals
+
     parts, gains = [], {}
     for column in ("25", "100"):
         mine = cells[(column, "pfedfda")]
@@ -140,8 +142,9 @@ def _scarcity_gain(cells: dict) -> dict:
             continue
         best = max(others, key=lambda c: c.mean("acc_mean"))
         gains[column] = mine.mean("acc_mean") - best.mean("acc_mean")
-        parts.append(f"{column}%: pFedFDA {mine.mean('acc_mean'):.2f} against the best other, "
-                     f"{display_name(best.method)} {best.mean('acc_mean'):.2f} ({gains[column]:+.2f})")
+        parts.append(f"{column}%: pFedFDA {mine.mean('acc_mean'):.2f} (n={mine.n}) against the best other, "
+                     f"{display_name(best.method)} {best.mean('acc_mean'):.2f} (n={best.n}) ({gains[column]:+.2f})"
+                     + close_rivals(mine, others, "acc_mean"))
     if len(gains) < 2:
         return {"status": "not run yet" if not gains else "incomplete", "text": "; ".join(parts)}
     holds = gains["25"] > 0 and gains["25"] > gains["100"]
