@@ -199,11 +199,16 @@ def test_record_curves_name_every_method(tmp_path, monkeypatch):
 
     drawn = {}
     monkeypatch.setattr(record_figures.plt, "close", lambda fig: drawn.setdefault("fig", fig))
+    scored = [{"history": [{"round": 1}, {"round": 2}, {"round": 3, "acc_mean": 60.0 + s}]} for s in (0, 2)]
     records = {"fedavg_ft": [{"history": [{"round": r, "acc_mean": 50.0 + r} for r in (1, 2, 3)]}] * 2,
-               "fedpac": [{"history": []}]}
+               "knn_per": scored, "fedpac": [{"history": []}]}
     assert record_figures.plot_seed_curves(records, tmp_path / "c.png").exists()
-    legend = [t.get_text() for t in drawn["fig"].axes[0].get_legend().get_texts()]
-    assert legend == ["FedAvg-FT (n=2)", "FedPAC (n=1, no round in common)"]  # none dropped, display names
+    ax = drawn["fig"].axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["FedAvg-FT (n=2)", "kNN-Per (n=2, final round only)",
+                      "FedPAC (n=1, no round in common)"]  # none dropped, display names
+    [point] = [c for c in ax.containers]  # the final-round-only method: a visible point with its seeds' spread
+    assert point.lines[0].get_marker() not in (None, "None", "") and tuple(point.lines[0].get_ydata()) == (61.0,)
     plt.close(drawn["fig"])
 
 

@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..papers import display_name  # noqa: E402
-from .palette import LINE_STYLES, PALETTE  # noqa: E402,F401  (PALETTE: the shared one, kept importable here)
+from .palette import LINE_STYLES, MARKERS, PALETTE  # noqa: E402,F401  (PALETTE: the shared one, kept importable here)
 
 
 def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -33,25 +33,32 @@ def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, 
 def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: str = "acc_mean",
                      title: str = "", ylabel: str = "accuracy (%)") -> Path:
     """One line per method (display names, distinct colour and dash), saved to ``path``; a
-    method whose records share no round is still named in the legend, never dropped."""
+    method scored at the final round only (FedAvg-FT from FedAvg's run) is a point with its
+    spread over seeds; a method whose records share no round is still named in the legend,
+    never dropped."""
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    handles = []  # in the methods' order (matplotlib would list error-bar points after the lines)
     for i, (method, recs) in enumerate(runs.items()):
         rounds, mean, low, high = seed_curve(recs, key)
         colour = PALETTE[i % len(PALETTE)]
         if not len(rounds):
-            ax.plot([], [], color=colour, ls=LINE_STYLES[i % len(LINE_STYLES)],
-                    label=f"{display_name(method)} (n={len(recs)}, no round in common)")
-            continue
-        ax.plot(rounds, mean, color=colour, ls=LINE_STYLES[i % len(LINE_STYLES)], lw=1.6,
-                label=f"{display_name(method)} (n={len(recs)})")
-        if len(recs) > 1:
-            ax.fill_between(rounds, low, high, color=colour, alpha=0.15, lw=0)
+            handles += ax.plot([], [], color=colour, ls=LINE_STYLES[i % len(LINE_STYLES)],
+                               label=f"{display_name(method)} (n={len(recs)}, no round in common)")
+        elif len(rounds) == 1:  # scored at the final round only (from the run it trains as): a point
+            handles.append(ax.errorbar(rounds, mean, yerr=[mean - low, high - mean], fmt=MARKERS[i % len(MARKERS)],
+                                       color=colour, capsize=3, ms=6,
+                                       label=f"{display_name(method)} (n={len(recs)}, final round only)"))
+        else:
+            handles += ax.plot(rounds, mean, color=colour, ls=LINE_STYLES[i % len(LINE_STYLES)], lw=1.6,
+                               label=f"{display_name(method)} (n={len(recs)})")
+            if len(recs) > 1:
+                ax.fill_between(rounds, low, high, color=colour, alpha=0.15, lw=0)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title, fontsize=11)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2 if len(runs) > 6 else 1, loc="lower right")
+    ax.legend(handles=handles, fontsize=8, ncol=2 if len(runs) > 6 else 1, loc="lower right")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
