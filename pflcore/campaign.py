@@ -95,11 +95,13 @@ def _entries() -> list[Entry]:
             out.append(Entry("fedcp/t2_main", method, seed, {"methods": [method], "seeds": [seed], "rounds": 300},
                              estimate))
     # Figures that rest on runs of their own (report.catalogue.FIGURES), on Fashion-MNIST where
-    # the paper's dataset cannot be had here: FedPAC C.1 (three shares s, 50 rounds) and
+    # the paper's dataset cannot be had here: FedPAC C.1 (four shares s, 50 rounds) and
     # FedPAC Table 2's ablation bars (four variants, 200 rounds; "Both" is FedPAC itself, whose
     # config equals Table 1's FedPAC run: its record serves both)
-    out.append(Entry("fedpac/c1_weight_heatmaps", "fmnist s=0/0.2/0.6 fedpac", 0, {"dataset": "fmnist", "seed": 0},
-                     1300, records_written=3))
+    out.append(Entry("fedpac/c1_weight_heatmaps", "fmnist s=0/0.2/0.6 fedpac", 0,
+                     {"dataset": "fmnist", "seed": 0, "s_values": [0.0, 0.2, 0.6]}, 1300, records_written=3))
+    out.append(Entry("fedpac/c1_weight_heatmaps", "fmnist s=1 fedpac", 0,
+                     {"dataset": "fmnist", "seed": 0, "s_values": [1.0]}, 330, records_written=1))
     out.append(Entry("fedpac/t2_ablation", "fmnist None/FA/CC fedpac", 0,
                      {"dataset": "fmnist", "seed": 0, "variants": ["None", "w FA", "w CC"]}, 4500, records_written=3))
     # FedFA Figure 4: Table 2's #C=2 run with the feature probe, one entry per method, the paper's first seed

@@ -313,10 +313,12 @@ class FigureSpec:
 
 FIGURES: list[FigureSpec] = [
     FigureSpec(_F, "C1", "fedpac/c1_weight_heatmaps",
-               tuple(Need("fedpac/c1_weight_heatmaps", "fedpac", 0, where=(("partition.s", s),)) for s in (0.0, 0.2, 0.6)),
+               tuple(Need("fedpac/c1_weight_heatmaps", "fedpac", 0, where=(("partition.s", s),))
+                     for s in (0.0, 0.2, 0.6, 1.0)),
                "FedPAC appendix C.1 on Fashion-MNIST (the paper's CIFAR-10 cannot be had here): the classifier "
                "combination weights each client gives the others at rounds 1, 20 and 50, clients ordered by their "
-               "group of classes, one figure per share s of data drawn from all classes",
+               "group of classes, one figure per share s of each client's data drawn from all classes (the rest from "
+               "its group's dominant classes; s = 1: every client alike)",
                overrides=(("dataset", "fmnist"),)),
     FigureSpec(_F, "T2", "fedpac/t2_ablation",
                (*(Need("fedpac/t2_ablation", "fedpac", 0, where=tuple((f"method_params.{k}", v) for k, v in p.items()))
