@@ -194,8 +194,9 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
             if not runs:
                 continue
             name = f"{spec.paper}-{spec.id}-{_slug(column)}-curves.png"
-            plot_seed_curves(runs, out / "figures" / name, key=spec.curve_key,
-                             title=f"{spec.title}\n{spec.column_title(column)}", ylabel=spec.curve_label)
+            setting = spec.column_title(column)
+            plot_seed_curves(runs, out / "figures" / name, key=spec.curve_key, ylabel=spec.curve_label,
+                             title=spec.title if setting in spec.title else f"{spec.title}\n{setting}")
             figures.append((f"figures/{name}", f"{spec.column_title(column)}: {spec.curve_label} over rounds, "
                                                 f"mean over the recorded seeds (band: lowest to highest seed)"))
             drawn.append({"figure": f"figures/{name}", "as": f"{spec.notebook}/{_slug(column)}/seed_curves.png",
