@@ -85,7 +85,7 @@ here. {{ t.claim_text }}.</p>{% endif %}
 {% for f in figures %}
 <h2 id="{{ f.id }}">Figure {{ f.id }}, drawn from records</h2>
 <p>{{ f.caption }}.</p>
-{% for src, alt in f.images %}<figure><img src="{{ src }}" alt="{{ alt }}"><figcaption>{{ alt }}</figcaption></figure>{% endfor %}
+{% for src, alt in f.images %}<figure><img src="{{ src }}" alt="{{ alt }}"><figcaption>{{ src.rsplit("/", 1)[-1] }}</figcaption></figure>{% endfor %}
 <p>Executed notebook (from the records): <a href="{{ f.notebook }}">{{ f.notebook }}</a>. Records behind this figure:
 {% for rec in f.records %}<code>{{ rec }}</code>{% if not loop.last %}, {% endif %}{% endfor %}.</p>
 {% endfor %}
