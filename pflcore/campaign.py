@@ -268,10 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "status":
         plan = current_plan()
-        print(f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
-              f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine.")
-        for r in plan["runs"]:
-            print(f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}")
+        lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
+                 f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine."]
+        lines += [f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}" for r in plan["runs"]]
+        try:
+            print("\n".join(lines), flush=True)
+        except BrokenPipeError:  # `status | head`: the reader has what it wanted
+            sys.stdout = None  # nothing more goes to the closed pipe, not even at exit
         return 0
     try:
         next_runs(args.count, commit=not args.no_commit, home=args.home.resolve() if args.home else None,

@@ -115,3 +115,13 @@ def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_re
     err = capsys.readouterr().err
     assert err.startswith("error: the campaign has no entry 'no such run'") and err.count("\n") == 1
     assert ran == [wanted, campaign.CAMPAIGN[0].key], "a refused call ran something"
+
+
+def test_status_piped_into_head_ends_without_a_traceback():
+    import subprocess
+    import sys
+
+    run = subprocess.run(f"'{sys.executable}' -m pflcore.campaign status | head -1", shell=True, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.stdout.count("\n") == 1 and "runs recorded" in run.stdout
+    assert run.stderr == "", run.stderr
