@@ -11,7 +11,7 @@ earlier runs or, where none ran, from the round time of a similar method; an ent
 trains FedAvg once and scores FedAvg-FT and kNN-Per from it yields three records).
 
     python -m pflcore.campaign status          # what exists, what remains, the seconds left
-    python -m pflcore.campaign next [--count N] [--no-commit]
+    python -m pflcore.campaign next [--count N] [--first KEY] [--no-commit]
 """
 from __future__ import annotations
 
