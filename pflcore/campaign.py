@@ -8,7 +8,8 @@ notebook writes the run's record under ``reproductions/<notebook>/``, and the ru
 notes it in ``reproductions/plan.json`` and commits both at once. Entries run cheapest
 per record first (``estimate_s``: seconds of rounds on this kind of 2-core machine, from
 earlier runs or, where none ran, from the round time of a similar method; an entry that
-trains FedAvg once and scores FedAvg-FT and kNN-Per from it yields three records).
+trains FedAvg once and scores FedAvg-FT and kNN-Per from it yields three records, and a
+FedFA Figure 4 run with the feature probe also gives Table 2's record of the run without it).
 
     python -m pflcore.campaign status          # what exists, what remains, the seconds left
     python -m pflcore.campaign next [--count N] [--first KEY] [--no-commit]
@@ -43,6 +44,7 @@ class Entry:
     parameters: dict = field(default_factory=dict, hash=False, compare=False)
     estimate_s: float = 0.0
     records_written: int = 0  # 0: one per method of ``parameters["methods"]``
+    probe_free: str = ""  # a notebook whose record of the same run without the feature probe it also gives
 
     @property
     def methods(self) -> list[str]:
@@ -51,8 +53,13 @@ class Entry:
 
     @property
     def seconds_per_record(self) -> float:
-        """The order of the campaign: an entry of three records for one training is cheap per record."""
-        return self.estimate_s / (self.records_written or len(self.methods))
+        """The order of the campaign: an entry of three records for one training is cheap per record
+        (a probed run's record and its ``probe_free`` one count as two)."""
+        return self.estimate_s / ((self.records_written or len(self.methods)) * (2 if self.probe_free else 1))
+
+    def probe_free_key(self) -> str:
+        """The key the entry of its probe-free run would have (in ``probe_free``)."""
+        return f"{self.probe_free} | {self.label} | seed {self.seed}"
 
     @property
     def key(self) -> str:
@@ -104,11 +111,12 @@ def _entries() -> list[Entry]:
                      {"dataset": "fmnist", "seed": 0, "s_values": [1.0]}, 330, records_written=1))
     out.append(Entry("fedpac/t2_ablation", "fmnist None/FA/CC fedpac", 0,
                      {"dataset": "fmnist", "seed": 0, "variants": ["None", "w FA", "w CC"]}, 4500, records_written=3))
-    # FedFA Figure 4: Table 2's #C=2 run with the feature probe, one entry per method, the paper's first seed
+    # FedFA Figure 4: Table 2's #C=2 run with the feature probe, one entry per method, the paper's first seed;
+    # the probe never changes training, so each also gives Table 2's record of the run without it
     fedfa_f4 = {"fedavg": 1300, "fedprox": 1400, "feddyn": 1500, "fedproc": 1800, "fedfa": 2100, "moon": 2500}
     for method, estimate in fedfa_f4.items():
         out.append(Entry("fedfa/f4_feature_distance", f"c2 {method}", 2021, {"methods": [method], "seed": 2021},
-                         estimate))
+                         estimate, probe_free="fedfa/t2_label_skew"))
     return sorted(out, key=lambda e: (e.seconds_per_record, e.notebook, e.label, e.seed))
 
 
@@ -198,7 +206,8 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         plan = current_plan(home)
         for r in plan["runs"]:
             if r["key"] == entry.key:
-                r["records"] = written
+                r["records"] = list(written)
+        written += derive_probe_free(plan, home)
         plan.update(current_plan_counts(plan))
         path = write_plan(plan, home)
         log(f"campaign: {entry.key} done in {time.time() - t0:.0f} s -> {', '.join(written) or 'no record'}",
@@ -209,6 +218,32 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
             redraw_figures(root, home, out, log)
             if commit:
                 _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
+
+
+def derive_probe_free(plan: dict, home: Path) -> list[str]:
+    """Each record of a probed run (an entry with ``probe_free``) also gives the record of
+    the same run without the probe (:func:`pflcore.records.without_probe`): write those
+    missing under ``home`` and note them in ``plan``, on the probed entry and on the
+    probe-free run's own entry where the campaign has one. Returns the paths written."""
+    from .analysis.features import FeatureProbe
+
+    rows = {r["key"]: r for r in plan["runs"]}
+    written = []
+    for entry in CAMPAIGN:
+        row = rows.get(entry.key)
+        if not entry.probe_free or row is None:
+            continue
+        for rel in [r for r in row["records"] if r.startswith(f"{records.RECORDS_FOLDER}/{entry.notebook}/")]:
+            free = records.without_probe(records.read(home / rel), entry.probe_free, FeatureProbe.measures, rel)
+            path = home / records.RECORDS_FOLDER / entry.probe_free / records.record_name(free)
+            free_rel = str(path.relative_to(home))
+            if not path.exists():
+                records.write(free, home / records.RECORDS_FOLDER)
+                written.append(free_rel)
+            for noted in (row, rows.get(entry.probe_free_key())):
+                if noted is not None and free_rel not in noted["records"]:
+                    noted["records"].append(free_rel)
+    return written
 
 
 def redraw_figures(root: Path, home: Path, out: Path, log=print) -> None:

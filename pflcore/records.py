@@ -330,6 +330,27 @@ def derived_arrays(result: Any, name: str, compute: Callable[[Any], Mapping[str,
     return {key: decode_array(entry) for key, entry in encoded.items()}
 
 
+# ---------------------------------------------------------------------- a run without its probe
+def without_probe(record: dict, notebook: str, measures: tuple[str, ...], source: str) -> dict:
+    """The record of ``record``'s run with its feature probe off (``feature_probe`` 0), filed
+    under ``notebook``: a run hook never changes training (:mod:`pflcore.engine.hooks`), so
+    that run's numbers are these without the probe's per-round ``measures`` (FedFA Figure 4's
+    run is Table 2's #C=2 run plus the probe). Only the timings differ: they stay the probed
+    run's, which its note says. ``source``: the probed record's path, for the note."""
+    from .config import ExperimentConfig  # the config module builds on this one
+
+    config = dict(record["config"], feature_probe=0)
+    fingerprint = ExperimentConfig.from_dict(config).fingerprint()
+    if fingerprint == record["fingerprint"]:
+        raise RecordError(f"{source} is the record of a run without the feature probe; it is its own record.")
+    history = [{k: v for k, v in h.items() if k not in measures} for h in record["history"]]
+    note = (f"The run of {source} (the same config with the feature probe on) without the probe's per-round "
+            "statistics: a run hook never changes training, so this config trains to these numbers; the "
+            "timings are the probed run's.")
+    return {**record, "notebook": notebook, "fingerprint": fingerprint, "config": config, "history": history,
+            "notes": [*record.get("notes", []), note]}
+
+
 # ---------------------------------------------------------------------- reading
 def read(path: str | Path) -> dict:
     """A record, validated; one sentence naming the file if it is not a record this pflcore reads."""

@@ -55,7 +55,8 @@ def test_the_plan_file_agrees_with_the_records_folder():
         entry = known[row["key"]]
         for rel in row["records"]:
             record = records.read(ROOT / rel)  # exists and is a valid record
-            assert record["notebook"] == entry.notebook and record["seed"] == entry.seed
+            # a probed run's record, or (entry.probe_free) the record of the same run without the probe
+            assert record["notebook"] in (entry.notebook, entry.probe_free) and record["seed"] == entry.seed
             assert record["config"]["method"] in entry.methods
             claimed.add(rel)
     if plan["runs"]:
@@ -125,3 +126,36 @@ def test_status_piped_into_head_ends_without_a_traceback():
                          capture_output=True, text=True, timeout=120)
     assert run.stdout.count("\n") == 1 and "runs recorded" in run.stdout
     assert run.stderr == "", run.stderr
+
+
+def test_a_probed_figure_run_also_gives_its_table_s_record_and_the_plan_notes_it_on_both_entries(
+        tmp_path, monkeypatch):
+    """FedFA Figure 4's #C=2 run is Table 2's run plus the feature probe: one training gives
+    both records (pflcore.records.without_probe), and Table 2's entry of that run is done."""
+    from pflcore.engine import run
+
+    from conftest import tiny_config
+
+    f4 = next(e for e in campaign.CAMPAIGN if e.key == "fedfa/f4_feature_distance | c2 fedavg | seed 2021")
+    table = next(e for e in campaign.CAMPAIGN if e.key == f4.probe_free_key())
+    assert table.notebook == "fedfa/t2_label_skew" and f4.seconds_per_record == f4.estimate_s / 2
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(records.TRAIN_ENV, raising=False)
+    probed = tiny_config(tmp_path, method="fedavg", rounds=2, feature_probe=2)
+
+    def run_entry(entry, root, out):
+        with records.recording(entry.notebook):
+            path = Path(run(probed).extras["written_record"])
+        return [str(path.relative_to(root))]
+
+    monkeypatch.setattr(campaign, "run_entry", run_entry)
+    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: None)
+    campaign.next_runs(1, commit=False, root=tmp_path, first=(f4.key,), log=lambda *a, **k: None)
+    rows = {r["key"]: r for r in campaign.read_plan(tmp_path)["runs"]}
+    source, free = rows[f4.key]["records"]
+    assert rows[table.key]["records"] == [free] and free.startswith("reproductions/fedfa/t2_label_skew/")
+    record = records.read(tmp_path / free)
+    assert record["fingerprint"] == probed.replace(feature_probe=0).fingerprint() and record["notebook"] == table.notebook
+    assert source in record["notes"][-1]

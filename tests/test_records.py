@@ -315,3 +315,35 @@ def test_the_readme_s_measured_numbers_come_from_the_record_it_names():
             assert any(f"{v:.{digits}f}" == number for v in values), f"{number} is not in {named}"
             checked += 1
     assert checked >= 5
+
+
+def test_a_probed_run_s_record_without_its_probe_is_the_record_of_the_run_without_it(project, tmp_path):
+    """FedFA Figure 4's run is Table 2's run plus the feature probe, which never changes
+    training: its record with the probe's statistics left out equals, timings and notes
+    aside, the record that training the probe-free config writes, and reads as its record."""
+    from pflcore.analysis.features import FeatureProbe
+
+    from conftest import tiny_config
+
+    with records.recording("paper_x/f4"):
+        probed = run(tiny_config(tmp_path / "probed", method="fedavg", rounds=2, feature_probe=3))
+    with records.recording("paper_x/t2"):
+        plain = run(tiny_config(tmp_path / "plain", method="fedavg", rounds=2))
+    source = records.read(probed.extras["written_record"])
+    assert all(set(FeatureProbe.measures) <= set(h) for h in source["history"])
+    free = records.without_probe(source, "paper_x/t2", FeatureProbe.measures, "reproductions/paper_x/f4/a.json")
+    trained = records.read(plain.extras["written_record"])
+
+    def untimed(record):
+        cfg = {k: v for k, v in record["config"].items() if k != "output_dir"}
+        history = [{k: v for k, v in h.items() if k != "seconds"} for h in record["history"]]
+        summary = {k: v for k, v in record["summary"].items() if k != "seconds"}
+        return {**record, "config": cfg, "history": history, "summary": summary, "provenance": None, "notes": None}
+
+    assert untimed(free) == untimed(trained)
+    assert free["fingerprint"] == plain.config.fingerprint() != probed.config.fingerprint()
+    assert "reproductions/paper_x/f4/a.json" in free["notes"][-1] and "timings are the probed run's" in free["notes"][-1]
+    path = records.write(free)  # filed where the probe-free config finds it
+    assert records.find(plain.config) == path
+    with pytest.raises(records.RecordError, match="without the feature probe"):
+        records.without_probe(trained, "paper_x/t2", FeatureProbe.measures, "b.json")

@@ -346,6 +346,8 @@ class FeatureProbe(RunHook):
     ``classifier_update_similarity`` against the classifier the clients received."""
 
     key = "_feature_probe"
+    #: what it adds to a round's record
+    measures = ("feature_distance", "classifier_update_similarity")
 
     def __init__(self, x: torch.Tensor):
         self.x = x
@@ -371,9 +373,10 @@ class FeatureProbe(RunHook):
         if not measured:
             return
         ids = sorted(measured)
-        record["feature_distance"] = feature_distance([measured[c]["features"] for c in ids])
+        distance, similarity = self.measures
+        record[distance] = feature_distance([measured[c]["features"] for c in ids])
         if self.received is not None:
-            record["classifier_update_similarity"] = classifier_update_similarity(
+            record[similarity] = classifier_update_similarity(
                 [measured[c]["head"] for c in ids], self.received)
 
 
