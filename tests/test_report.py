@@ -122,6 +122,31 @@ def test_a_figure_need_matches_the_record_of_its_method_seed_and_partition():
     assert not Need("fedpac/c1_weight_heatmaps", "fedpac", 0, where=(("method_params.lam", 1),)).matches(record())
 
 
+def test_a_figure_of_one_run_per_method_is_drawn_from_those_recorded_and_says_which_wait(monkeypatch, tmp_path):
+    """FedFA Figure 4 rests on six runs; before all have records it is drawn from those that
+    do (the notebook's methods narrowed to them), its caption naming the others. A figure
+    without a methods parameter (C.1's four shares) waits for all of its runs."""
+    import pflcore.report as report
+    from pflcore.report.catalogue import FIGURES
+
+    def record(notebook, method, seed, **config):
+        return {"notebook": notebook, "seed": seed, "fingerprint": f"{method}{seed}",
+                "config": {"method": method, "dataset": "fmnist", **config}}
+
+    calls = []
+    monkeypatch.setattr(report, "_execute_from_records",
+                        lambda notebook, overrides, *rest: calls.append((notebook, overrides)) or ("p.html", []))
+    f4 = next(f for f in FIGURES if f.notebook == "fedfa/f4_feature_distance")
+    found = [(tmp_path / "x.json", record(f4.notebook, m, 2021)) for m in ("fedfa", "fedavg")]
+    shown = report.execute_figure(f4, found, tmp_path, tmp_path, print, [])
+    assert calls == [(f4.notebook, {"methods": ["fedavg", "fedfa"]})]  # in the figure's order
+    assert shown["waiting"] == ["fedprox", "feddyn", "moon", "fedproc"] and len(shown["records"]) == 2
+    assert "so far 2 of its 6 runs have a record (FedProx, FedDyn, MOON, FedProc wait" in shown["caption"]
+    c1 = next(f for f in FIGURES if f.id == "C1")
+    found = [(tmp_path / "y.json", record(c1.notebook, "fedpac", 0, partition={"s": 0.0}))]
+    assert report.execute_figure(c1, found, tmp_path, tmp_path, print, []) is None and len(calls) == 1
+
+
 def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(tmp_path):
     require_browser("the report's browser test")
     from selenium.webdriver.common.by import By

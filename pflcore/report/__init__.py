@@ -213,9 +213,11 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
         drawn_here = execute_figure(spec, found, root, out, log, drawn)
         if drawn_here is not None:
             pages[spec.paper].figures.append(drawn_here)
+            so_far = (f" of the {len(spec.needs)} runs it rests on (the others wait in the campaign's plan)"
+                      if drawn_here["waiting"] else "")
             table_status[(spec.paper, spec.id)] = ("drawn from records",
-                                                   f"drawn from {len(drawn_here['records'])} record(s); see the "
-                                                   "paper's page")
+                                                   f"drawn from {len(drawn_here['records'])} record(s){so_far}; "
+                                                   "see the paper's page")
     for page in pages.values():
         (out / f"{page.paper}.html").write_text(render_paper(page, verdict), encoding="utf-8")
     hrefs = {}
@@ -271,19 +273,28 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
 def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path, out: Path, log,
                    drawn: list[dict]) -> dict | None:
     """Run a figure notebook at its paper preset from the records it rests on, once each has
-    one (else None: not yet); its figures join ``drawn``. Returns what its paper page shows."""
-    used = []
-    for need in spec.needs:
-        match = [r for _, r in found if need.matches(r)]
-        if not match:
+    one (else None: not yet); a figure of one run per method (``methods_parameter``) is drawn
+    from those recorded so far, its caption naming the others. Its figures join ``drawn``.
+    Returns what its paper page shows."""
+    from ..papers import display_name
+
+    matched = [(need, next((r for _, r in found if need.matches(r)), None)) for need in spec.needs]
+    used = [record_ref(r) for _, r in matched if r is not None]
+    waiting = [need.method for need, r in matched if r is None]
+    overrides, caption = dict(spec.overrides), spec.caption
+    if waiting:
+        if not (spec.methods_parameter and used):
             return None
-        used.append(record_ref(match[0]))
-    ran = _execute_from_records(spec.notebook, dict(spec.overrides), spec.notebook, used, root, out, log, drawn)
+        overrides[spec.methods_parameter] = [need.method for need, r in matched if r is not None]
+        caption += (f"; so far {len(used)} of its {len(spec.needs)} runs have a record "
+                    f"({', '.join(display_name(m) for m in waiting)} wait in the campaign's plan)")
+    ran = _execute_from_records(spec.notebook, overrides, spec.notebook, used, root, out, log, drawn)
     if ran is None:
         return None
     name, figures = ran
-    images = [(rel, f"{spec.caption} ({Path(rel).name})") for rel in figures]
-    return {"id": spec.id, "caption": spec.caption, "images": images, "notebook": name, "records": sorted(used)}
+    images = [(rel, f"{caption} ({Path(rel).name})") for rel in figures]
+    return {"id": spec.id, "caption": caption, "images": images, "notebook": name, "records": sorted(used),
+            "waiting": waiting}
 
 
 def _execute_from_records(notebook: str, overrides: dict, where: str, used: list[str], root: Path, out: Path, log,

@@ -309,6 +309,9 @@ class FigureSpec:
     needs: tuple[Need, ...]
     caption: str
     overrides: tuple[tuple[str, object], ...] = ()  # parameters over the paper preset's, so its run is the record's
+    #: a figure of one run per method: its notebook's parameter listing the methods, so that
+    #: it is drawn from the methods recorded so far (its caption names those still waiting)
+    methods_parameter: str = ""
 
 
 FIGURES: list[FigureSpec] = [
@@ -337,7 +340,7 @@ FIGURES: list[FigureSpec] = [
                      for m in ("fedavg", "fedprox", "feddyn", "moon", "fedproc", "fedfa")),
                "FedFA Figure 4 on Fashion-MNIST, #C = 2, 100 clients at rate 0.1, 200 rounds, seed 2021: the feature "
                "distance between clients' models (10 test samples per class) and the similarity of their classifier "
-               "updates, per round"),
+               "updates, per round", methods_parameter="methods"),
     FigureSpec(_C, "F5", "fedcp/f5_policy", (Need("fedcp/t2_main", "fedcp", 0, column="practical mnist"),),
                "FedCP Figure 5 on MNIST, practical setting (the authors' partition): each client's PIR per round and "
                "the personal share of its test samples under the final policy; the run of Table 2's campaign, 300 "
