@@ -93,9 +93,22 @@ def test_curves_show_every_run_by_its_display_name_and_the_setting():
     assert legend[-1] == "empty (no values recorded)" and len(legend) == len(runs)  # none dropped
     colours = [line.get_color() for line in ax.get_lines() if not line.get_label().startswith("_")]
     assert len(set(colours)) == len(runs) and set(colours) <= set(PALETTE)
-    assert ax.get_title() == ("FedPAC Table 1\nfmnist, 20 clients, dominant s=20%, 600 samples/client, E=5, "
+    assert ax.get_title() == ("FedPAC Table 1\nFashion-MNIST, 20 clients, dominant s=20%, 600 samples/client, E=5, "
                               "200 rounds")
     plt.close("all")
+
+
+def test_the_setting_in_words_says_fedfa_s_skews_as_the_paper_does():
+    from types import SimpleNamespace
+
+    from pflcore.analysis import setting_text
+    from pflcore.papers.fedfa import fedfa_config
+
+    def words(setting):
+        return setting_text([SimpleNamespace(config=fedfa_config("fedavg", "fmnist", setting))])
+
+    assert words("c2") == "Fashion-MNIST, 100 clients, #C=2, 10% per round, E=5, 200 rounds"
+    assert words("dir0.1") == "Fashion-MNIST, 100 clients, Dir(0.1), 10% per round, E=5, 200 rounds"
 
 
 def test_weight_heatmaps_scale_to_the_data_draw_groups_and_readable_ticks():

@@ -86,29 +86,36 @@ def share_limits(axes: Iterable, x: bool = True, y: bool = True) -> None:
 
 def _words(config) -> dict[str, str]:
     """The fields of a run's setting a reader needs, in words, keyed by field."""
+    from ..papers import display_name  # the papers package draws with this module
+
     part = dict(config.partition or {})
     kind = part.pop("kind", "")
-    detail = {"dominant": ("s", "s={}"), "dirichlet": ("alpha", "Dir({})"),
-              "pathological": ("classes_per_client", "{} classes/client")}.get(kind)
+    # kind -> (parameter, its words, its default, the kind's name beside it)
+    detail = {"dominant": ("s", "s={}", None, True), "dirichlet": ("alpha", "Dir({})", None, True),
+              "pathological": ("classes_per_client", "{} classes/client", None, True),
+              "fedfa_shards": ("shards_per_client", "#C={}", 2, False),
+              "fedfa_dirichlet": ("alpha", "Dir({})", None, False),
+              "pfllib_dirichlet": ("alpha", "Dir({})", 0.1, False)}.get(kind)
     partition = kind
-    if detail and part.get(detail[0]) is not None:
-        value = part[detail[0]]
-        partition = f"{kind} {detail[1].format(f'{value:.0%}' if kind == 'dominant' else value)}"
-    words = {"dataset": str(config.dataset), "clients": f"{config.num_clients} clients",
+    if detail and part.get(detail[0], detail[2]) is not None:
+        value = part.get(detail[0], detail[2])
+        said = detail[1].format(f"{value:.0%}" if kind == "dominant" else value)
+        partition = f"{kind} {said}" if detail[3] else said
+    words = {"dataset": display_name(str(config.dataset)), "clients": f"{config.num_clients} clients",
              "partition": partition}
     if part.get("samples_per_client"):
         words["samples"] = f"{part['samples_per_client']} samples/client"
     if config.participation < 1:
-        words["participation"] = f"C={config.participation:g}"
+        words["participation"] = f"{config.participation:.0%} per round"
     words["epochs"] = f"E={config.local_epochs}"
     words["rounds"] = f"{config.rounds} rounds"
     return {k: v for k, v in words.items() if v}
 
 
 def setting_text(results: Mapping[str, Any] | Sequence[Any]) -> str:
-    """The setting runs share, in words ("fmnist, 20 clients, dominant s=20%, 600
-    samples/client, E=5, 200 rounds"); a field the runs differ in is left out. Empty when
-    the runs carry no config."""
+    """The setting runs share, in words ("Fashion-MNIST, 20 clients, dominant s=20%, 600
+    samples/client, E=5, 200 rounds"; FedFA's "#C=2" or "Dir(0.1)", "10% per round"); a
+    field the runs differ in is left out. Empty when the runs carry no config."""
     runs = list(results.values()) if isinstance(results, Mapping) else list(results)
     configs = [getattr(r, "config", None) for r in runs]
     if not configs or any(c is None or not hasattr(c, "partition") for c in configs):
