@@ -60,6 +60,9 @@ FEDFA_PARTITIONS: dict[str, dict[str, Any]] = {
     "iid": {"kind": "iid"},
 }
 
+#: Table 2's settings as the paper names them (figure panels, the report's columns).
+FEDFA_SETTING_NAMES: dict[str, str] = {"c2": "#C = 2", "dir0.1": "Dir(0.1)", "dir0.5": "Dir(0.5)", "iid": "IID"}
+
 #: The baselines' hyperparameters in FedFA's experiments (the authors' code and appendix
 #: F.3): FedProx mu = 0.1 (its term mu/2 ||w - w_g||^2 = 0.05 ||w - w_g||^2), FedDyn alpha 0.1,
 #: MOON mu 1 (5 on CIFAR-10) and tau 0.5, FedProc tau 0.5 with prototypes updated by
@@ -476,7 +479,7 @@ FEDFA_TABLE8_NO_SKEW: dict[str, dict[str, tuple[float, int]]] = {
 }
 
 
-__all__ = ["FEDFA_F2", "FEDFA_METHOD_PARAMS", "FEDFA_PARTITIONS", "FEDFA_SEEDS", "FEDFA_TABLE1",
+__all__ = ["FEDFA_F2", "FEDFA_METHOD_PARAMS", "FEDFA_PARTITIONS", "FEDFA_SEEDS", "FEDFA_SETTING_NAMES", "FEDFA_TABLE1",
            "FEDFA_TABLE1_STD", "FEDFA_TABLE2", "FEDFA_TABLE2_STD", "FEDFA_TABLE3", "FEDFA_TABLE3_DIGITS",
            "FEDFA_TABLE5", "FEDFA_TABLE6", "FEDFA_TABLE7", "FEDFA_TABLE8",
            "FEDFA_TABLE8_NO_SKEW", "FEDFA_TABLE8_TARGET",

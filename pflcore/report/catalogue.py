@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..papers import display_name
 from ..papers.fedcp import FEDCP_TABLE2
-from ..papers.fedfa import FEDFA_TABLE2, FEDFA_TABLE2_STD
+from ..papers.fedfa import FEDFA_SETTING_NAMES, FEDFA_TABLE2, FEDFA_TABLE2_STD
 from ..papers.fedpac import FEDPAC_TABLE1
 from ..papers.pfedfda import PFEDFDA_TABLE1, PFEDFDA_TABLE1_STD
 
@@ -244,7 +244,7 @@ TABLES: list[TableSpec] = [
         "final global model on the whole test set", ("c2", "dir0.1", "dir0.5"),
         ("fedavg", "fedprox", "feddyn", "moon", "fedproc", "fedfa"),
         lambda c: FEDFA_TABLE2.get(c, {}), lambda c: FEDFA_TABLE2_STD.get(c, {}),
-        _fedfa_column, lambda c: {"c2": "#C = 2", "dir0.1": "Dir(0.1)", "dir0.5": "Dir(0.5)"}.get(c, c),
+        _fedfa_column, lambda c: FEDFA_SETTING_NAMES.get(c, c),
         lambda column, methods, seed: {"settings": [column], "methods": methods, "seeds": [seed]},
         "The paper's metric: the final (round 200) global model scored on the dataset's whole test set; 100 "
         "clients, 10 per round, E = 5, batch 64. The paper reports mean +- std over its seeds 2021-2023, which "
