@@ -372,20 +372,14 @@ def test_deployment_takes_flower_commands_from_beside_the_interpreter_never_from
 
 
 @pytest.mark.slow
-def test_deployment_superlink_and_two_supernodes(tmp_path):
-    check_deployment(tmp_path)
-
-
-@pytest.mark.slow
-def test_deployment_on_a_new_users_path(tmp_path, monkeypatch):
-    """The README's `.venv/bin/python -m pytest`: the venv's bin is not on PATH."""
-    monkeypatch.setenv("PATH", NEW_USER_PATH)
-    check_deployment(tmp_path)
-
-
-def check_deployment(tmp_path: Path):
+def test_deployment_superlink_and_two_supernodes_on_a_new_users_path(tmp_path, monkeypatch):
+    """A real deployment (a SuperLink and two SuperNodes) started as the README's
+    `.venv/bin/python -m pytest` starts it: the venv's bin is not on PATH. (Flower's commands
+    always come from this Python's folder, so an activated venv changes nothing; one
+    deployment test is enough.)"""
     from pflcore.flower.deploy import deploy
 
+    monkeypatch.setenv("PATH", NEW_USER_PATH)
     config = fmnist_config(tmp_path / "results", rounds=2)
     here = pflcore.run(config.replace(output_dir=str(tmp_path / "inprocess")))
     result = deploy(config, supernodes=2, workdir=tmp_path / "work", timeout=180, run_timeout=420)
@@ -399,8 +393,6 @@ def check_deployment(tmp_path: Path):
     finally:
         running = [pid for pid in info.get("stopped_pids", []) if alive(pid)]
         assert not running, f"processes left running: {running}"
-
-
 
 
 def test_codec_carries_the_feature_probe(tmp_path):
