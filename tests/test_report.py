@@ -55,6 +55,21 @@ def test_cells_group_records_by_column_and_method_with_mean_and_std_over_seeds()
     assert claim["status"] == "holds so far" and "+6.00 points" in claim["text"]
 
 
+def test_fedfa_s_claim_names_the_settings_as_the_paper_does_and_waits_for_both():
+    fedfa_t2 = next(t for t in TABLES if t.notebook == "fedfa/t2_label_skew")
+
+    def shards(method, seed, acc):
+        rec = record("fedfa/t2_label_skew", method, seed, acc, partition={"kind": "fedfa_shards"})
+        rec["summary"]["global_test_acc"] = acc
+        return (Path(f"{method}{seed}.json"), rec)
+
+    found = [shards("fedavg", s, a) for s, a in ((2021, 72.0), (2022, 74.0))]
+    found += [shards("fedfa", s, a) for s, a in ((2021, 83.0), (2022, 84.0))]
+    claim = fedfa_t2.claim(cells_of(fedfa_t2, found))
+    assert claim["status"] == "holds so far"  # Dir(0.1) is not recorded yet
+    assert "#C = 2: +10.50 points (n = 2 / 2" in claim["text"] and "Dir(0.1): not recorded yet" in claim["text"]
+
+
 def test_verdict_uses_one_std_over_seeds_or_one_point():
     far = Cell("c", "m", runs=[record("n", "m", s, a) for s, a in [(0, 80.0), (1, 84.0)]], paper=85.0)
     assert verdict(far, "acc_mean") == ("differs", "-3.00 points")  # std 2.83 < 3.00

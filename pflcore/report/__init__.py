@@ -286,7 +286,7 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
         if not (spec.methods_parameter and used):
             return None
         overrides[spec.methods_parameter] = [need.method for need, r in matched if r is not None]
-        caption += (f"; so far {len(used)} of its {len(spec.needs)} runs have a record "
+        caption += (f"; so far {len(used)} of its {len(spec.needs)} runs {'has' if len(used) == 1 else 'have'} a record "
                     f"({', '.join(display_name(m) for m in waiting)} wait in the campaign's plan)")
     ran = _execute_from_records(spec.notebook, overrides, spec.notebook, used, root, out, log, drawn)
     if ran is None:
