@@ -276,8 +276,6 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
     one (else None: not yet); a figure of one run per method (``methods_parameter``) is drawn
     from those recorded so far, its caption naming the others. Its figures join ``drawn``.
     Returns what its paper page shows."""
-    from ..papers import display_name
-
     matched = [(need, next((r for _, r in found if need.matches(r)), None)) for need in spec.needs]
     used = [record_ref(r) for _, r in matched if r is not None]
     waiting = [need.method for need, r in matched if r is None]

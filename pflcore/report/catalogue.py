@@ -112,15 +112,16 @@ def _lead(method: str, over: str, columns: tuple[str, ...], metric: str, expecte
 
         parts, holds, complete = [], True, True
         for column in columns:
+            name = (names or {}).get(column, column)
             a, b = cells[(column, method)], cells[(column, over)]
             if not a.n or not b.n:
                 complete = False
-                parts.append(f"{(names or {}).get(column, column)}: not recorded yet")
+                parts.append(f"{name}: not recorded yet")
                 continue
             lead = a.mean(metric) - b.mean(metric)
             x, y = seed_matched(a, b, metric)
             p = paired_t(x, y)
-            parts.append(f"{(names or {}).get(column, column)}: {lead:+.2f} points (n = {a.n} / {b.n}"
+            parts.append(f"{name}: {lead:+.2f} points (n = {a.n} / {b.n}"
                          + (f", paired t over seeds p = {p:.3f}" if p is not None else "") + ")")
             holds = holds and lead > 0
         status = ("holds" if holds else "does not hold") if any(cells[(c, method)].n for c in columns) else "not run yet"
