@@ -119,6 +119,26 @@ def run_killed_after(config, round_number: int | None = None) -> None:
 
 
 @pytest.fixture
+def own_core() -> Iterator[None]:
+    """When pytest-xdist runs a test process on every core, the processes this test starts (a
+    notebook's kernel and whatever it starts) run on this test process's own core. pflcore
+    counts the cores in the CPU affinity, so ``workers: "auto"`` then trains in the kernel, with
+    one torch thread: bit for bit the numbers of worker processes (tests/test_executors.py),
+    without starting two worker processes per notebook on cores the other test processes use."""
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if not hasattr(os, "sched_setaffinity") or processes < len(os.sched_getaffinity(0)):
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    os.sched_setaffinity(0, {sorted(saved)[index % len(saved)]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+@pytest.fixture
 def one_thread():
     """In-process runs with one thread, like each worker, so float results can match bit for bit."""
     saved = torch.get_num_threads()

@@ -90,7 +90,7 @@ def test_canonical_form_drops_outputs_and_execution_metadata():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
-def test_smoke_preset_executes_the_notebook(nb, tmp_path):
+def test_smoke_preset_executes_the_notebook(nb, tmp_path, own_core):
     # one test per notebook: a failure names it, and `pytest --durations=10` shows the slow ones
     rel = str(nb.relative_to(ROOT))
     runs = run_notebooks("smoke", out=tmp_path / "out", root=ROOT, only=[rel],
