@@ -159,3 +159,35 @@ def test_a_probed_figure_run_also_gives_its_table_s_record_and_the_plan_notes_it
     record = records.read(tmp_path / free)
     assert record["fingerprint"] == probed.replace(feature_probe=0).fingerprint() and record["notebook"] == table.notebook
     assert source in record["notes"][-1]
+
+
+def test_a_figure_drawn_from_another_notebook_s_run_finds_the_arrays_it_derives_in_that_run_s_record():
+    """A figure that reads arrays derived from a run's final models (records.derived_arrays:
+    FedCP Figure 5b's personal shares) and rests on another notebook's run (Table 2's FedCP
+    run) finds them only if that notebook computes them when it trains the run: the record
+    keeps what was computed right after it was written, and the final models are not kept."""
+    import ast
+    import inspect
+
+    from pflcore.papers import fedcp, fedfa, fedpac, pfedfda
+    from pflcore.report.catalogue import FIGURES
+
+    deriving = set()  # the papers' functions that keep arrays in a record
+    for module in (fedpac, fedcp, fedfa, pfedfda):
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.FunctionDef) and "derived_arrays(" in ast.unparse(node):
+                deriving.add(node.name)
+    assert {"final_personal_shares", "f2_feature_views"} <= deriving
+
+    def code(notebook: str) -> str:
+        cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+    checked = 0
+    for spec in FIGURES:
+        reads = {name for name in deriving if f"{name}(" in code(spec.notebook)}
+        for need in {n.notebook for n in spec.needs if n.notebook != spec.notebook}:
+            missing = {name for name in reads if f"{name}(" not in code(need)}
+            assert not missing, f"{spec.notebook} reads {missing} from {need}'s records, which {need} never computes"
+            checked += bool(reads)
+    assert checked >= 1  # FedCP Figure 5 on Table 2's run
