@@ -88,7 +88,8 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     value: :func:`papermill_parameters`): those are kept. Then the
     path parameters (:data:`PATH_PARAMETERS`) are resolved under the project
     (:func:`project_path`; the working directory is left alone) and ``figures_dir`` is
-    created. Prints where results and figures go; returns the preset's values as applied."""
+    created, and pflcore's palette becomes matplotlib's colour cycle (:func:`pflcore.analysis.palette.install`).
+    Prints where results and figures go; returns the preset's values as applied."""
     try:
         root = project_root()
     except FileNotFoundError:  # a notebook copied out of the project: its cell's smoke values only
@@ -118,6 +119,9 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     where = ", ".join(f"{what} in {namespace[n]}" for n, what in (("output_dir", "results"), ("figures_dir", "figures"))
                       if n in namespace)
     records.set_notebook(notebook, preset, train=namespace.get("train") is True)  # paper preset: records
+    from .analysis import palette  # the notebook's own plots get pflcore's colour-blind-safe colours too
+
+    palette.install()
     log(f"preset {preset!r} (params/{notebook}/{preset}.yaml)" + (f"; kept your {', '.join(kept)}" if kept else "")
         + (f": {where}" if where else ""))
     return {n: namespace.get(n) for n in chosen}
