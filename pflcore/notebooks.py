@@ -119,9 +119,9 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     where = ", ".join(f"{what} in {namespace[n]}" for n, what in (("output_dir", "results"), ("figures_dir", "figures"))
                       if n in namespace)
     records.set_notebook(notebook, preset, train=namespace.get("train") is True)  # paper preset: records
-    from .analysis import palette  # the notebook's own plots get pflcore's colour-blind-safe colours too
+    from .analysis.palette import install  # here, not at the top: the process that runs notebooks never draws
 
-    palette.install()
+    install()  # the notebook's own plots get pflcore's colour-blind-safe colours too
     log(f"preset {preset!r} (params/{notebook}/{preset}.yaml)" + (f"; kept your {', '.join(kept)}" if kept else "")
         + (f": {where}" if where else ""))
     return {n: namespace.get(n) for n in chosen}
