@@ -267,7 +267,7 @@ TABLES: list[TableSpec] = [
         accepts=lambda r: r["config"]["rounds"] == 200,
         claim=_lead("fedfa", "fedavg", ("c2", "dir0.1"), "global_test_acc", 10.0, FEDFA_SETTING_NAMES),
         claim_words="FedFA is ahead of FedAvg by about 10 points under #C = 2 and Dir(0.1).",
-        row_notes=(("dir0.1", "fedavg", _FEDFA_DIR01_ONE_SEED), ("dir0.1", "fedfa", _FEDFA_DIR01_ONE_SEED),
+        row_notes=(("dir0.1", "fedavg", _FEDFA_DIR01_ONE_SEED),
                    ("c2", "fedprox", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
                    ("c2", "moon", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
                    ("c2", "feddyn", "FedFA's code runs, under the name FedDyn, a fixed pull towards the client's "
