@@ -190,6 +190,7 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
     root = root or project_root()
     home = home or root
     out = root / "outputs" / "campaign"
+    executed: dict = {}  # the redraws' notebook executions, kept so that the next redraw runs only what changed
     for _ in range(count):
         plan = current_plan(home)
         todo = [r for r in plan["runs"] if not r["records"]]
@@ -219,7 +220,7 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         if commit and written:
             _commit(home, [*written, str(path.relative_to(home))], f"Record: {entry.key}", log)
         if written:
-            redraw_figures(root, home, out, log)
+            redraw_figures(root, home, out, log, reuse=executed)
             if commit:
                 _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
 
@@ -250,16 +251,17 @@ def derive_probe_free(plan: dict, home: Path) -> list[str]:
     return written
 
 
-def redraw_figures(root: Path, home: Path, out: Path, log=print) -> None:
+def redraw_figures(root: Path, home: Path, out: Path, log=print, reuse: dict | None = None) -> None:
     """Redraw ``home``'s committed figures from all of its records (``pflcore report
-    --figures``), with the campaign's own code and notebooks in ``root``."""
+    --figures``), with the campaign's own code and notebooks in ``root``; ``reuse``: as
+    :func:`pflcore.report.build`'s (a notebook whose records did not change is not run again)."""
     if home != root:  # every record of home, so that the figures draw them all
         for path in (home / records.RECORDS_FOLDER).rglob("*.json"):
             rel = path.relative_to(home)
             if not (root / rel).exists() or (root / rel).read_bytes() != path.read_bytes():
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(root / rel, path.read_bytes())
-    index = report.build(out / "report", root=root, log=lambda *a, **k: None)
+    index = report.build(out / "report", root=root, log=lambda *a, **k: None, reuse=reuse)
     report.commit_figures(index.parent, root=home)
     log(f"campaign: figures redrawn from {len(records.all_records(home / records.RECORDS_FOLDER))} records", flush=True)
 

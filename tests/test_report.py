@@ -280,3 +280,53 @@ def test_fedpac_c2_is_drawn_from_the_table_1_records_once_they_exist(tmp_path):
     text = unescape(build(tmp_path / "site", root=root, execute=False, log=lambda *a: None).read_text())
     row = text[text.index("C2</td>"):].split("</tr>")[0]
     assert "drawn from records" in row and "T1's records" in row
+
+
+def test_a_build_that_shares_reuse_runs_a_notebook_again_only_when_its_inputs_change(monkeypatch, tmp_path):
+    """The campaign redraws the figures after every entry; a notebook whose notebook, preset,
+    code and records are those of the last build is not executed again, and what the build
+    writes (its page, its figures, drawn.json's entries) is what the execution wrote."""
+    import nbformat
+
+    import pflcore.notebooks
+    from pflcore.report import _execute_from_records
+
+    project = tmp_path / "project"
+    for folder in ("notebooks/p", "params/p/t1", "reproductions/p/t1"):
+        (project / folder).mkdir(parents=True)
+    (project / "notebooks/p/t1.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
+    (project / "params/p/t1/paper.yaml").write_text("rounds: 200\n")
+    (project / "reproductions/p/t1/r.json").write_text('{"acc": 1}')
+    runs = []
+
+    def execute(preset, out, only, root, overrides, log):  # draws a figure that says which execution it was
+        runs.append(only)
+        figures = Path(overrides["figures_dir"])
+        figures.mkdir(parents=True, exist_ok=True)
+        (figures / "curve.png").write_bytes(f"execution {len(runs)}".encode())
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"execution {len(runs)}")])
+        (Path(out) / "run.ipynb").parent.mkdir(parents=True, exist_ok=True)
+        (Path(out) / "run.ipynb").write_text(nbformat.writes(nb))
+        return [pflcore.notebooks.NotebookRun(only[0], preset, "ok", 1.0, output=str(Path(out) / "run.ipynb"))]
+
+    monkeypatch.setattr(pflcore.notebooks, "run_notebooks", execute)
+
+    def build_once(reuse):
+        out = tmp_path / f"site{len(list(tmp_path.glob('site*')))}"
+        out.mkdir()
+        drawn = []
+        name, figures = _execute_from_records("p/t1", {"column": "c"}, "p/t1/c", ["p/t1/r.json"], project, out,
+                                              lambda *a: None, drawn, reuse)
+        return (out / name).read_text(), {f: (out / f).read_bytes() for f in figures}, drawn
+
+    reuse = {}
+    first = build_once(reuse)
+    assert build_once(reuse) == first and len(runs) == 1, "an unchanged notebook was executed again"
+    (project / "reproductions/p/t1/r.json").write_text('{"acc": 2}')  # a record's bytes change
+    changed = build_once(reuse)
+    assert len(runs) == 2 and changed[1] != first[1] and "execution 2" in changed[0]
+    (project / "params/p/t1/paper.yaml").write_text("rounds: 300\n")  # the preset changes
+    build_once(reuse)
+    assert len(runs) == 3
+    build_once(None)  # without reuse, every build executes
+    assert len(runs) == 4

@@ -10,6 +10,7 @@ Every number on a page comes from a record or from :mod:`pflcore.papers`; none i
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -167,11 +168,13 @@ def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
 
 # ---------------------------------------------------------------------- building
 def build(out: str | Path = "outputs/report", root: str | Path | None = None, execute: bool = True,
-          log=print) -> Path:
+          log=print, reuse: dict | None = None) -> Path:
     """Build the site into ``out`` from the records under ``root/reproductions``; returns
     the path of ``index.html``. ``execute``: also run the paper notebooks from the records
     (papermill) and include them as HTML. ``<out>/drawn.json`` lists every figure drawn from
-    records with the records it rests on (what :func:`commit_figures` copies into ``figures/``)."""
+    records with the records it rests on (what :func:`commit_figures` copies into ``figures/``).
+    ``reuse``: a dict kept across builds (the campaign's, one per entry); a notebook whose
+    inputs are unchanged since a build that shared it is not executed again (:func:`_inputs_digest`)."""
     from ..analysis.record_figures import plot_seed_curves
     from .pages import Page, render_index, render_paper, render_records
 
@@ -202,7 +205,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
             drawn.append({"figure": f"figures/{name}", "as": f"{spec.notebook}/{_slug(column)}/seed_curves.png",
                           "records": sorted(record_ref(r) for rs in runs.values() for r in rs)})
         claim = spec.claim(cells) if spec.claim else None
-        notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn) if execute else []
+        notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn, reuse) if execute else []
         pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
         if figures and spec.curves_item:
@@ -210,7 +213,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
                 "drawn from records", f"the accuracy curves of {spec.id}'s records, mean over the recorded seeds; "
                                       "see the paper's page")
     for spec in FIGURES if execute else ():
-        drawn_here = execute_figure(spec, found, root, out, log, drawn)
+        drawn_here = execute_figure(spec, found, root, out, log, drawn, reuse)
         if drawn_here is not None:
             pages[spec.paper].figures.append(drawn_here)
             so_far = (f" of the {len(spec.needs)} runs it rests on (the others wait in the campaign's plan)"
@@ -249,7 +252,7 @@ def _table_status(spec: TableSpec, cells: dict[tuple[str, str], Cell]) -> tuple[
 
 
 def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root: Path, out: Path,
-                      log, drawn: list[dict]) -> list[tuple[str, str]]:
+                      log, drawn: list[dict], reuse: dict | None = None) -> list[tuple[str, str]]:
     """Run the table's notebook at the paper preset, narrowed to what is recorded (one
     execution per column, first recorded seed), reading every run from its record; each
     executed copy becomes an HTML page. Returns (href, caption) pairs; the figures the
@@ -263,7 +266,7 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
         methods = [m for m in recorded if seed in cells[(column, m)].seeds()]
         used = [record_ref(r) for m in methods for r in cells[(column, m)].runs if r["seed"] == seed]
         ran = _execute_from_records(spec.notebook, spec.narrow(column, methods, seed), f"{spec.notebook}/{_slug(column)}",
-                                    used, root, out, log, drawn)
+                                    used, root, out, log, drawn, reuse)
         if ran is not None:
             pages.append((ran[0], f"{spec.notebook} at the paper preset, {spec.column_title(column)}, seed {seed}, "
                                   f"{len(methods)} recorded method(s), read from their records"))
@@ -271,7 +274,7 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
 
 
 def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path, out: Path, log,
-                   drawn: list[dict]) -> dict | None:
+                   drawn: list[dict], reuse: dict | None = None) -> dict | None:
     """Run a figure notebook at its paper preset from the records it rests on, once each has
     one (else None: not yet); a figure of one run per method (``methods_parameter``) is drawn
     from those recorded so far, its caption naming the others. Its figures join ``drawn``.
@@ -286,7 +289,7 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
         overrides[spec.methods_parameter] = [need.method for need, r in matched if r is not None]
         caption += (f"; so far {len(used)} of its {len(spec.needs)} runs {'has' if len(used) == 1 else 'have'} a record "
                     f"({', '.join(display_name(m) for m in waiting)} wait in the campaign's plan)")
-    ran = _execute_from_records(spec.notebook, overrides, spec.notebook, used, root, out, log, drawn)
+    ran = _execute_from_records(spec.notebook, overrides, spec.notebook, used, root, out, log, drawn, reuse)
     if ran is None:
         return None
     name, figures = ran
@@ -296,31 +299,61 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
 
 
 def _execute_from_records(notebook: str, overrides: dict, where: str, used: list[str], root: Path, out: Path, log,
-                          drawn: list[dict]) -> tuple[str, list[str]] | None:
+                          drawn: list[dict], reuse: dict | None = None) -> tuple[str, list[str]] | None:
     """Execute ``notebook`` at its paper preset with ``overrides``, every run read from its
     record (one without is refused, never trained); write its HTML page; add the figures it
     saved to ``drawn`` as ``figures/<where>/...`` resting on the records ``used``. Returns
-    the page's name and the figures' paths under ``out``, or None if it failed."""
+    the page's name and the figures' paths under ``out``, or None if it failed. With
+    ``reuse``, an execution whose inputs are those of one kept there is not repeated: its
+    page and figures are written from what was kept."""
     from ..notebooks import run_notebooks
     from .pages import notebook_html
 
     figures_dir = out / "notebook-figures" / where
-    with _records_only():
-        [ran] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{notebook}.ipynb"], root=root,
-                              overrides={**overrides, "quiet": True, "figures_dir": str(figures_dir)},
-                              log=lambda *a, **k: None)
-    if ran.status != "ok":
-        log(f"report: {where} failed: {ran.error}")
-        return None
     name = f"{where.replace('/', '-')}.html"
-    (out / name).write_text(notebook_html(Path(ran.output)), encoding="utf-8")
+    digest = _inputs_digest(notebook, overrides, where, used, root) if reuse is not None else None
+    if digest in (reuse or {}):
+        page, images = reuse[digest]
+        for rel, data in images.items():
+            (figures_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (figures_dir / rel).write_bytes(data)
+        (out / name).write_text(page, encoding="utf-8")
+        how = "reused (its notebook, code and records unchanged since the last build)"
+    else:
+        with _records_only():
+            [ran] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{notebook}.ipynb"], root=root,
+                                  overrides={**overrides, "quiet": True, "figures_dir": str(figures_dir)},
+                                  log=lambda *a, **k: None)
+        if ran.status != "ok":
+            log(f"report: {where} failed: {ran.error}")
+            return None
+        page = notebook_html(Path(ran.output))
+        (out / name).write_text(page, encoding="utf-8")
+        if digest is not None:
+            reuse[digest] = (page, {png.relative_to(figures_dir).as_posix(): png.read_bytes()
+                                    for png in figures_dir.rglob("*.png")})
+        how = f"executed from records in {ran.seconds:.0f} s"
     figures = []
     for png in sorted(figures_dir.rglob("*.png")):
         figures.append(png.relative_to(out).as_posix())
         drawn.append({"figure": figures[-1], "as": f"{where}/{png.relative_to(figures_dir).as_posix()}",
                       "records": sorted(used)})
-    log(f"report: executed {where} from records in {ran.seconds:.0f} s")
+    log(f"report: {where} {how}")
     return name, figures
+
+
+def _inputs_digest(notebook: str, overrides: dict, where: str, used: list[str], root: Path) -> str:
+    """What an execution from records depends on: the notebook, its paper preset, pflcore's
+    source, the overrides and the bytes of the records it reads. Equal digests, equal output."""
+    from ..notebooks import params_path
+
+    nb = root / "notebooks" / f"{notebook}.ipynb"
+    sha = hashlib.sha256(json.dumps([notebook, where, overrides, sorted(used)], sort_keys=True).encode())
+    package = Path(__file__).resolve().parents[1]
+    for path in [nb, params_path(nb, root, "paper"), *sorted(f for f in package.rglob("*") if f.is_file() and "__pycache__" not in f.parts),
+                 *(root / records.RECORDS_FOLDER / ref for ref in sorted(used))]:
+        sha.update(str(path).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
+    return sha.hexdigest()
 
 
 @contextmanager
