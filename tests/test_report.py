@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from html import unescape
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -90,8 +91,6 @@ def test_a_row_that_differs_points_to_its_investigation_note_or_says_it_has_none
     cells = {(column, m): Cell(column, m, paper=spec.paper_numbers(column).get(m)) for m in spec.rows}
     for method, acc in (("fedavg", 60.0), ("local", 50.0), ("fedpac", spec.paper_numbers(column)["fedpac"])):
         cells[(column, method)].runs = [record(spec.notebook, method, 0, acc)]
-    from html import unescape
-
     html = unescape(render_paper(Page(spec.paper, "t", tables=[(spec, cells, [], None, [])]), verdict))
     assert "-25.28 points; see note 1" in html and "The authors' code ..." in html
     assert "-35.68 points; not investigated yet" in html
@@ -197,8 +196,6 @@ def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(
         assert {e["as"]: e["records"] for e in drawn} == committed, \
             "figures/ is not what the records draw: run `pflcore report --figures` and commit figures/"
     if shipped:  # the paper pages show the recorded runs, n and the paper's numbers
-        from html import unescape
-
         notebooks = {r["notebook"] for _, r in shipped}
         for spec in TABLES:
             if spec.notebook in notebooks:  # as a reader sees the page (a title's "authors'" is escaped in HTML)
@@ -268,8 +265,6 @@ def test_pflcore_report_builds_the_pages_from_the_command_line(tmp_path, capsys)
 
 
 def test_fedpac_c2_is_drawn_from_the_table_1_records_once_they_exist(tmp_path):
-    from html import unescape
-
     root = tmp_path / "proj"
     for folder in ("notebooks", "params", "reproductions/fedpac/t1_main"):
         (root / folder).mkdir(parents=True)
