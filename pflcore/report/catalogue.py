@@ -208,11 +208,6 @@ _FEDFA_ONE_SEED = ("One seed so far (2021), and under #C = 2 the global model mo
 _FEDFA_BASELINE_SEEDS = (" The campaign gives FedFA's baselines beyond FedAvg one seed for now (from Figure 4's runs); "
                          "seeds 2022 and 2023 remain to be added to its plan.")
 
-_FEDFA_DIR01_ONE_SEED = ("One seed so far (2021); seeds 2022 and 2023 are in the campaign's plan. Under Dir(0.1) "
-                         "the paper's own standard deviations over three seeds are 1.1-3.3 points, so one seed's "
-                         "final round can sit a few points from the mean.")
-
-
 def _fedfa_column(record: dict) -> str:
     p = record["config"]["partition"]
     if p.get("kind") == "fedfa_shards":
@@ -267,8 +262,7 @@ TABLES: list[TableSpec] = [
         accepts=lambda r: r["config"]["rounds"] == 200,
         claim=_lead("fedfa", "fedavg", ("c2", "dir0.1"), "global_test_acc", 10.0, FEDFA_SETTING_NAMES),
         claim_words="FedFA is ahead of FedAvg by about 10 points under #C = 2 and Dir(0.1).",
-        row_notes=(("dir0.1", "fedavg", _FEDFA_DIR01_ONE_SEED),
-                   ("c2", "fedprox", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
+        row_notes=(("c2", "fedprox", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
                    ("c2", "moon", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
                    ("c2", "feddyn", "FedFA's code runs, under the name FedDyn, a fixed pull towards the client's "
                     "previous local model with a plain FedAvg server, not FedDyn's dynamic regulariser; this row is "
