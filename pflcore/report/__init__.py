@@ -350,8 +350,9 @@ def _inputs_digest(notebook: str, overrides: dict, where: str, used: list[str], 
     nb = root / "notebooks" / f"{notebook}.ipynb"
     sha = hashlib.sha256(json.dumps([notebook, where, overrides, sorted(used)], sort_keys=True).encode())
     package = Path(__file__).resolve().parents[1]
-    for path in [nb, params_path(nb, root, "paper"), *sorted(f for f in package.rglob("*") if f.is_file() and "__pycache__" not in f.parts),
-                 *(root / records.RECORDS_FOLDER / ref for ref in sorted(used))]:
+    source = sorted(f for f in package.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+    read = [root / records.RECORDS_FOLDER / ref for ref in sorted(used)]
+    for path in [nb, params_path(nb, root, "paper"), *source, *read]:
         sha.update(str(path).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
     return sha.hexdigest()
 
