@@ -222,10 +222,8 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
             flush=True)
         if commit and written:
             _commit(home, [*written, str(path.relative_to(home))], f"Record: {entry.key}", log)
-        if written:
-            redraw_figures(root, home, out, log, reuse=executed)
-            if commit:
-                _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
+        if written and redraw_figures(root, home, out, log, reuse=executed) and commit:
+            _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
 
 
 def derive_probe_free(plan: dict, home: Path) -> list[str]:
@@ -254,10 +252,12 @@ def derive_probe_free(plan: dict, home: Path) -> list[str]:
     return written
 
 
-def redraw_figures(root: Path, home: Path, out: Path, log=print, reuse: dict | None = None) -> None:
+def redraw_figures(root: Path, home: Path, out: Path, log=print, reuse: dict | None = None) -> bool:
     """Redraw ``home``'s committed figures from all of its records (``pflcore report
     --figures``), with the campaign's own code and notebooks in ``root``; ``reuse``: as
-    :func:`pflcore.report.build`'s (a notebook whose records did not change is not run again)."""
+    :func:`pflcore.report.build`'s (a notebook whose records did not change is not run again).
+    Returns False, with ``figures/`` untouched and the reason logged, when a notebook failed
+    (the campaign goes on: its record is committed, and the next entry's redraw tries again)."""
     if home != root:  # every record of home, so that the figures draw them all
         for path in (home / records.RECORDS_FOLDER).rglob("*.json"):
             rel = path.relative_to(home)
@@ -265,8 +265,13 @@ def redraw_figures(root: Path, home: Path, out: Path, log=print, reuse: dict | N
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(root / rel, path.read_bytes())
     index = report.build(out / "report", root=root, log=lambda *a, **k: None, reuse=reuse)
-    report.commit_figures(index.parent, root=home)
+    try:
+        report.commit_figures(index.parent, root=home)
+    except report.FiguresKept as kept:
+        log(f"campaign: figures not redrawn: {kept}", flush=True)
+        return False
     log(f"campaign: figures redrawn from {len(records.all_records(home / records.RECORDS_FOLDER))} records", flush=True)
+    return True
 
 
 def _commit(home: Path, files: list[str], message: str, log=print) -> None:

@@ -292,13 +292,19 @@ def _lab(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- pflcore report
 def _report(args: argparse.Namespace) -> int:
-    from .report import build, commit_figures
+    from .report import FAILED, build, commit_figures, failures
 
     index = build(args.out, execute=not args.no_notebooks)
-    if args.figures:
+    if args.figures:  # refused, figures/ untouched, when a notebook failed
         manifest = commit_figures(index.parent)
         print(f"figures drawn from the records: {manifest.parent} (which records each rests on: {manifest})")
     print(f"open {index} in a browser")
+    failed = failures(index.parent)
+    if failed:
+        print(f"pflcore report: {len(failed)} notebook(s) failed to execute "
+              f"({', '.join(f['notebook'] for f in failed)}), so the site lacks their pages and figures; "
+              f"the errors are in {index.parent / FAILED}.", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -105,6 +105,48 @@ def test_a_commit_takes_added_and_removed_figures_and_nothing_else(tmp_path):
     assert git("log", "--format=%s").count("\n") == 2
 
 
+def test_a_redraw_in_which_a_notebook_failed_commits_the_record_and_keeps_the_committed_figures(
+        tmp_path, monkeypatch):
+    """A figure notebook that fails during the redraw (its data missing, say) must not cost the
+    committed figures it draws: the record is committed, figures/ is not touched, the log says why."""
+    import subprocess
+
+    from pflcore import report
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    for folder in ("notebooks", "params", "figures/p"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "figures" / "p" / "f5.png").write_bytes(b"committed")
+    (tmp_path / ".gitignore").write_text("outputs/\n")  # as the project's
+    git("add", "-A")
+    git("commit", "-q", "-m", "start")
+
+    def run_entry(entry, root, out):
+        path = root / records.RECORDS_FOLDER / entry.notebook / "r.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return [str(path.relative_to(root))]
+
+    def build(out, root, log, reuse):  # drew nothing: its one notebook failed
+        out.mkdir(parents=True, exist_ok=True)
+        (out / report.DRAWN).write_text("[]")
+        (out / report.FAILED).write_text(json.dumps([{"notebook": "p/f5", "error": "no data in ../shared"}]))
+        return out / "index.html"
+
+    monkeypatch.setattr(campaign, "run_entry", run_entry)
+    monkeypatch.setattr(report, "build", build)
+    logged = []
+    campaign.next_runs(1, root=tmp_path, log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert git("log", "--format=%s") == f"Record: {campaign.CAMPAIGN[0].key}\nstart\n"
+    assert (tmp_path / "figures" / "p" / "f5.png").read_bytes() == b"committed" and git("status", "--short") == ""
+    assert any(line.startswith("campaign: figures not redrawn: figures/ is left as it was") for line in logged)
+
+
 def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_refused(tmp_path, monkeypatch, capsys):
     ran = []
     monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])

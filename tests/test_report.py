@@ -254,6 +254,45 @@ def test_commit_figures_replaces_the_drawn_figures_and_keeps_the_rest(tmp_path):
     assert not any(p.name.startswith(".") for p in (project).iterdir()), "the staging folder stayed"
 
 
+def test_commit_figures_leaves_the_figures_alone_when_a_notebook_failed_in_the_build(tmp_path):
+    """A notebook that fails (its data missing, say) draws nothing, so replacing figures/ by the
+    build's figures would delete its committed ones: the replacement is refused, byte for byte."""
+    from pflcore.report import FiguresKept
+
+    project = tmp_path / "project"
+    for folder in ("notebooks", "params", "figures/p/f5"):
+        (project / folder).mkdir(parents=True)
+    (project / "figures/p/f5/policy.png").write_bytes(b"committed")
+    (project / "figures/MANIFEST.json").write_text('{"p/f5/policy.png": ["p/t2/r.json"]}\n')
+    before = {p: p.read_bytes() for p in (project / "figures").rglob("*") if p.is_file()}
+    out = tmp_path / "site"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "a.png").write_bytes(b"png")
+    (out / "drawn.json").write_text(json.dumps([{"figure": "figures/a.png", "as": "p/t1/c/seed_curves.png",
+                                                 "records": ["p/t1/r.json"]}]))
+    (out / "failed.json").write_text(json.dumps([{"notebook": "p/f5", "error": "no data in ../shared"}]))
+    with pytest.raises(FiguresKept, match=r"left as it was: 1 notebook\(s\) failed in this build \(p/f5; "):
+        commit_figures(out, root=project)
+    assert {p: p.read_bytes() for p in (project / "figures").rglob("*") if p.is_file()} == before
+    assert not any(p.name.startswith(".") for p in project.iterdir()), "a staging folder was left"
+
+
+def test_pflcore_report_exits_non_zero_naming_the_notebooks_that_failed(monkeypatch, tmp_path, capsys):
+    import pflcore.notebooks
+    from pflcore.cli import main
+
+    def fail(preset, out, only, root, overrides, log):
+        return [pflcore.notebooks.NotebookRun(only[0], preset, "failed", 0.1, error="FileNotFoundError: no data")]
+
+    monkeypatch.setattr(pflcore.notebooks, "run_notebooks", fail)
+    assert main(["report", "--out", str(tmp_path / "site")]) == 1
+    failed = json.loads((tmp_path / "site" / "failed.json").read_text())
+    assert failed and {f["error"] for f in failed} == {"FileNotFoundError: no data"}
+    assert "fedpac/t1_main/fmnist-20" in {f["notebook"] for f in failed}
+    err = capsys.readouterr().err
+    assert f"{len(failed)} notebook(s) failed to execute (" in err and "Traceback" not in err
+
+
 def test_close_rivals_are_compared_on_the_same_test_samples_per_seed():
     from pflcore.report import same_samples
 

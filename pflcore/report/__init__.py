@@ -172,7 +172,8 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
     """Build the site into ``out`` from the records under ``root/reproductions``; returns
     the path of ``index.html``. ``execute``: also run the paper notebooks from the records
     (papermill) and include them as HTML. ``<out>/drawn.json`` lists every figure drawn from
-    records with the records it rests on (what :func:`commit_figures` copies into ``figures/``).
+    records with the records it rests on (what :func:`commit_figures` copies into ``figures/``);
+    ``<out>/failed.json`` the notebooks that failed to execute, with their errors (:func:`failures`).
     ``reuse``: a dict kept across builds (the campaign's, one per entry); a notebook whose
     inputs are unchanged since a build that shared it is not executed again (:func:`_inputs_digest`)."""
     from ..analysis.record_figures import plot_seed_curves
@@ -189,6 +190,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
     pages: dict[str, Page] = {paper: Page(paper, PAPERS[paper]) for paper in PAPERS}
     table_status: dict[tuple[str, str], tuple[str, str]] = {}
     drawn: list[dict] = []  # {"figure": path in out, "as": path under figures/, "records": [...]}
+    failed: list[dict] = []  # {"notebook": where, "error": ...}: executions that did not finish
     for spec in TABLES:
         cells = cells_of(spec, found)
         figures = []
@@ -205,7 +207,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
             drawn.append({"figure": f"figures/{name}", "as": f"{spec.notebook}/{_slug(column)}/seed_curves.png",
                           "records": sorted(record_ref(r) for rs in runs.values() for r in rs)})
         claim = spec.claim(cells) if spec.claim else None
-        notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn, reuse) if execute else []
+        notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn, reuse, failed) if execute else []
         pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
         if figures and spec.curves_item:
@@ -213,7 +215,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
                 "drawn from records", f"the accuracy curves of {spec.id}'s records, mean over the recorded seeds; "
                                       "see the paper's page")
     for spec in FIGURES if execute else ():
-        drawn_here = execute_figure(spec, found, root, out, log, drawn, reuse)
+        drawn_here = execute_figure(spec, found, root, out, log, drawn, reuse, failed)
         if drawn_here is not None:
             pages[spec.paper].figures.append(drawn_here)
             so_far = (f" of the {len(spec.needs)} runs it rests on (the others wait in the campaign's plan)"
@@ -231,6 +233,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
         hrefs[path] = f"records/{rel.as_posix()}"
     (out / "records.html").write_text(render_records(found, hrefs), encoding="utf-8")
     (out / DRAWN).write_text(json.dumps(drawn, indent=1) + "\n", encoding="utf-8")
+    (out / FAILED).write_text(json.dumps(failed, indent=1) + "\n", encoding="utf-8")
     index = out / "index.html"
     index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0), encoding="utf-8")
     log(f"report: {index} ({time.perf_counter() - t0:.0f} s)")
@@ -252,7 +255,8 @@ def _table_status(spec: TableSpec, cells: dict[tuple[str, str], Cell]) -> tuple[
 
 
 def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root: Path, out: Path,
-                      log, drawn: list[dict], reuse: dict | None = None) -> list[tuple[str, str]]:
+                      log, drawn: list[dict], reuse: dict | None = None,
+                      failed: list[dict] | None = None) -> list[tuple[str, str]]:
     """Run the table's notebook at the paper preset, narrowed to what is recorded (one
     execution per column, first recorded seed), reading every run from its record; each
     executed copy becomes an HTML page. Returns (href, caption) pairs; the figures the
@@ -266,7 +270,7 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
         methods = [m for m in recorded if seed in cells[(column, m)].seeds()]
         used = [record_ref(r) for m in methods for r in cells[(column, m)].runs if r["seed"] == seed]
         ran = _execute_from_records(spec.notebook, spec.narrow(column, methods, seed), f"{spec.notebook}/{_slug(column)}",
-                                    used, root, out, log, drawn, reuse)
+                                    used, root, out, log, drawn, reuse, failed)
         if ran is not None:
             pages.append((ran[0], f"{spec.notebook} at the paper preset, {spec.column_title(column)}, seed {seed}, "
                                   f"{len(methods)} recorded method(s), read from their records"))
@@ -274,7 +278,7 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
 
 
 def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path, out: Path, log,
-                   drawn: list[dict], reuse: dict | None = None) -> dict | None:
+                   drawn: list[dict], reuse: dict | None = None, failed: list[dict] | None = None) -> dict | None:
     """Run a figure notebook at its paper preset from the records it rests on, once each has
     one (else None: not yet); a figure of one run per method (``methods_parameter``) is drawn
     from those recorded so far, its caption naming the others. Its figures join ``drawn``.
@@ -289,7 +293,7 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
         overrides[spec.methods_parameter] = [need.method for need, r in matched if r is not None]
         caption += (f"; so far {len(used)} of its {len(spec.needs)} runs {'has' if len(used) == 1 else 'have'} a record "
                     f"({', '.join(display_name(m) for m in waiting)} wait in the campaign's plan)")
-    ran = _execute_from_records(spec.notebook, overrides, spec.notebook, used, root, out, log, drawn, reuse)
+    ran = _execute_from_records(spec.notebook, overrides, spec.notebook, used, root, out, log, drawn, reuse, failed)
     if ran is None:
         return None
     name, figures = ran
@@ -299,13 +303,15 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
 
 
 def _execute_from_records(notebook: str, overrides: dict, where: str, used: list[str], root: Path, out: Path, log,
-                          drawn: list[dict], reuse: dict | None = None) -> tuple[str, list[str]] | None:
+                          drawn: list[dict], reuse: dict | None = None,
+                          failed: list[dict] | None = None) -> tuple[str, list[str]] | None:
     """Execute ``notebook`` at its paper preset with ``overrides``, every run read from its
     record (one without is refused, never trained); write its HTML page; add the figures it
     saved to ``drawn`` as ``figures/<where>/...`` resting on the records ``used``. Returns
     the page's name and the figures' paths under ``out``, or None if it failed. With
     ``reuse``, an execution whose inputs are those of one kept there is not repeated: its
-    page and figures are written from what was kept."""
+    page and figures are written from what was kept. A failed execution is appended to
+    ``failed`` (and never kept for reuse)."""
     from ..notebooks import run_notebooks
     from .pages import notebook_html
 
@@ -326,6 +332,8 @@ def _execute_from_records(notebook: str, overrides: dict, where: str, used: list
                                   log=lambda *a, **k: None)
         if ran.status != "ok":
             log(f"report: {where} failed: {ran.error}")
+            if failed is not None:
+                failed.append({"notebook": where, "error": str(ran.error)})
             return None
         page = notebook_html(Path(ran.output))
         (out / name).write_text(page, encoding="utf-8")
@@ -379,6 +387,18 @@ def record_ref(record: dict) -> str:
 # ---------------------------------------------------------------------- committed figures
 #: The list of figures a build drew from records (in the build's folder).
 DRAWN = "drawn.json"
+FAILED = "failed.json"
+
+
+class FiguresKept(ValueError):
+    """``commit_figures`` refused: a notebook failed in the build, so the figures it draws are
+    missing from it and replacing ``figures/`` would delete them."""
+
+
+def failures(out: str | Path) -> list[dict]:
+    """The notebooks that failed to execute in the build written to ``out`` ({"notebook", "error"})."""
+    path = Path(out) / FAILED
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 #: The committed figures' folder, and its list of which records each figure rests on.
 FIGURES_FOLDER = "figures"
 MANIFEST = "MANIFEST.json"
@@ -389,8 +409,14 @@ NOT_FROM_RECORDS = ("smoke", "teaching")
 def commit_figures(out: str | Path, root: str | Path | None = None) -> Path:
     """Replace the figures under ``figures/`` by those a build in ``out`` drew from the
     records, and write ``figures/MANIFEST.json`` (figure -> the records it is drawn from),
-    so that every committed figure traces to committed records. Returns the manifest."""
+    so that every committed figure traces to committed records. Returns the manifest.
+    Refused (:class:`FiguresKept`, ``figures/`` untouched) when a notebook failed in that build."""
     root = project_root(root)
+    failed = failures(out)
+    if failed:
+        names = ", ".join(f["notebook"] for f in failed)
+        raise FiguresKept(f"figures/ is left as it was: {len(failed)} notebook(s) failed in this build ({names}; "
+                          f"the first: {failed[0]['error']}), and replacing figures/ would delete what they draw.")
     drawn = json.loads((Path(out) / DRAWN).read_text(encoding="utf-8"))
     target = root / FIGURES_FOLDER
     staging = target.with_name(f".{FIGURES_FOLDER}-staging")
@@ -416,4 +442,5 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in str(text)).strip("-").lower()
 
 
-__all__ = ["Cell", "build", "cells_of", "close_rivals", "commit_figures", "first_place", "paired_t", "verdict"]
+__all__ = ["Cell", "FiguresKept", "build", "cells_of", "close_rivals", "commit_figures", "failures", "first_place",
+           "paired_t", "verdict"]
