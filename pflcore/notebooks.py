@@ -361,6 +361,49 @@ def notebook_parameters(notebook: Path) -> set[str]:
         return set(papermill.inspect_notebook(str(notebook)))
 
 
+def _kernel_manager(stderr):
+    """A kernel manager class whose kernels write their own stderr to ``stderr`` (a file)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class KernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw.setdefault("stderr", stderr)
+            return await super().start_kernel(**kw)
+
+    return KernelManager
+
+
+def execute(notebook: Path, target: Path, parameters: dict, cwd: Path, kernel: str = "python3") -> None:
+    """Execute ``notebook`` with papermill into ``target``, working directory ``cwd``.
+
+    What a cell prints goes into the executed copy, as always. The kernel's own messages do not
+    reach the user's terminal: its log (TCP on 127.0.0.1 without encryption, 'KeyboardInterrupt
+    caught' as it shuts down) is silenced, and its stderr goes to a temporary file, because a kernel
+    can write there after the notebook has run (libzmq's 'Assertion failed: pfd.revents & POLLIN'
+    as its sockets close). A cell's error still fails the notebook. If the kernel itself fails
+    (it dies, or does not start), the last line it wrote is added to the error."""
+    import tempfile
+
+    import papermill
+
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
+        try:
+            papermill.execute_notebook(str(notebook), str(target), parameters=parameters, cwd=str(cwd),
+                                       kernel_name=kernel, progress_bar=False,
+                                       kernel_manager_class=_kernel_manager(stderr),
+                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+        except papermill.PapermillExecutionError:
+            raise
+        except Exception as exc:
+            stderr.seek(0)
+            said = [line.strip() for line in stderr.read().splitlines() if line.strip()]
+            if not said:
+                raise
+            message = str(exc).strip().splitlines()
+            raise RuntimeError(f"{message[-1] if message else type(exc).__name__} (the kernel's last line on "
+                               f"stderr: {said[-1]})") from exc
+
+
 def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list[str] | None = None,
                   root: str | Path | None = None, kernel: str = "python3",
                   overrides: dict | None = None, parameters: dict | None = None, train: bool = False,
@@ -423,12 +466,7 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
             target.parent.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()
             try:
-                papermill.execute_notebook(str(nb), str(target), parameters=values, cwd=str(root),
-                                           kernel_name=kernel, progress_bar=False,
-                                           # the kernel's own log (TCP on 127.0.0.1 without encryption,
-                                           # 'KeyboardInterrupt caught' as it shuts down) says nothing a
-                                           # user can act on; a cell's error still fails the notebook
-                                           extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+                execute(nb, target, values, root, kernel)
                 run = NotebookRun(str(rel), preset, "ok", time.perf_counter() - t0, str(target))
             except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
                 message = str(exc).strip().splitlines()

@@ -276,7 +276,8 @@ def execute_values(notebook: Path, template: str, root: Path, parameters: dict |
     """Execute ``notebook`` (papermill, working directory ``root``) with the values cell appended and
     return the placeholders' values; ``keep``: where to write the executed copy."""
     import nbformat
-    import papermill
+
+    from .notebooks import execute
 
     nb = nbformat.read(notebook, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(values_cell(template)))
@@ -285,8 +286,7 @@ def execute_values(notebook: Path, template: str, root: Path, parameters: dict |
     source = work.with_suffix(".source.ipynb")
     nbformat.write(nb, source)
     try:
-        papermill.execute_notebook(str(source), str(work), parameters=parameters or {}, cwd=str(root),
-                                   kernel_name=kernel, progress_bar=False)
+        execute(source, work, parameters or {}, root, kernel)
     finally:
         source.unlink(missing_ok=True)
     executed = nbformat.read(work, as_version=4)

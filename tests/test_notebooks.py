@@ -379,3 +379,53 @@ def test_each_notebooks_line_reaches_a_pipe_when_it_ends_and_no_warning_does(tmp
     assert process.returncode == 0, err
     assert rest.splitlines()[0].startswith("[2/2] ok     notebooks/01_b.ipynb")
     assert err == "", f"warnings reached the user: {err}"
+
+
+def _one_cell_project(root: Path, code: str) -> Path:
+    """A project with one notebook, ``notebooks/00_a.ipynb`` (a smoke preset), whose cell is ``code``."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("y = 2", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell(code)]
+    (root / "notebooks").mkdir(parents=True)
+    nbformat.write(nb, root / "notebooks" / "00_a.ipynb")
+    (root / "params" / "a").mkdir(parents=True)
+    (root / "params" / "a" / "smoke.yaml").write_text("y: 3\n")
+    return root
+
+
+@pytest.mark.slow
+def test_what_a_kernel_writes_to_stderr_as_it_exits_does_not_reach_the_user(tmp_path):
+    """A kernel may write to its stderr after the notebook has run (libzmq once printed
+    'Assertion failed: pfd.revents & POLLIN' as a kernel's sockets closed): the user's terminal
+    stays quiet, and what the cells print is still in the executed copy."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    root = _one_cell_project(tmp_path / "project", "import atexit, os\nprint('a cell prints')\n"
+                                                   "atexit.register(os.write, 2, b'noise as the kernel exits\\n')")
+    command = [str(Path(sys.executable).with_name("pflcore")), "notebooks", "--out", str(tmp_path / "out")]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "[1/1] ok     notebooks/00_a.ipynb" in done.stdout
+    executed = nbformat.read(tmp_path / "out" / "smoke" / "00_a.ipynb", as_version=4)
+    assert executed.cells[-1].outputs[0]["text"] == "a cell prints\n"
+
+
+@pytest.mark.slow
+def test_a_kernel_that_dies_fails_its_notebook_with_the_last_line_it_wrote(tmp_path):
+    """The kernel's stderr is kept from the terminal, but when the kernel dies its last line
+    is what tells the user why, so the notebook's error line carries it."""
+    from pflcore.notebooks import run_notebooks
+
+    root = _one_cell_project(tmp_path / "project", "import os\nos.write(2, b'the kernel ran out of room\\n')\nos._exit(1)")
+    lines = []
+    [run] = run_notebooks("smoke", out=tmp_path / "out", root=root, log=lines.append)
+    assert run.status == "failed"
+    assert run.error.endswith("(the kernel's last line on stderr: the kernel ran out of room)"), run.error
+    assert lines[1].startswith("[1/1] failed notebooks/00_a.ipynb")
