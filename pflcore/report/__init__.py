@@ -387,7 +387,13 @@ def record_ref(record: dict) -> str:
 # ---------------------------------------------------------------------- committed figures
 #: The list of figures a build drew from records (in the build's folder).
 DRAWN = "drawn.json"
+#: The notebooks that failed to execute in a build, with their errors (in the build's folder).
 FAILED = "failed.json"
+#: The committed figures' folder, and its list of which records each figure rests on.
+FIGURES_FOLDER = "figures"
+MANIFEST = "MANIFEST.json"
+#: Folders under ``figures/`` that are not drawn from records (smoke and walkthrough runs, not committed).
+NOT_FROM_RECORDS = ("smoke", "teaching")
 
 
 class FiguresKept(ValueError):
@@ -399,11 +405,6 @@ def failures(out: str | Path) -> list[dict]:
     """The notebooks that failed to execute in the build written to ``out`` ({"notebook", "error"})."""
     path = Path(out) / FAILED
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-#: The committed figures' folder, and its list of which records each figure rests on.
-FIGURES_FOLDER = "figures"
-MANIFEST = "MANIFEST.json"
-#: Folders under ``figures/`` that are not drawn from records (smoke and walkthrough runs, not committed).
-NOT_FROM_RECORDS = ("smoke", "teaching")
 
 
 def commit_figures(out: str | Path, root: str | Path | None = None) -> Path:
