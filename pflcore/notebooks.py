@@ -420,8 +420,6 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
     ``running`` (if given) a line as each notebook starts. The run's entries are merged into
     ``<out>/<preset>/summary.json`` (:func:`merge_summary`); ``record`` also merges the
     seconds into :data:`DURATIONS` (``pflcore notebooks`` does on a full run)."""
-    import papermill
-
     root = project_root(root)
     check_preset(preset, root)  # before anything runs or is written
     out_dir = Path(out).resolve() / preset
