@@ -312,14 +312,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("status", help="what exists and what remains")
     nxt = sub.add_parser("next", help="run the next entries, cheapest per record first, and commit their records")
-    nxt.add_argument("--count", type=int, default=1)
+    nxt.add_argument("--count", type=_count, default=1, help="how many entries to run (default: 1)")
     nxt.add_argument("--no-commit", action="store_true")
     nxt.add_argument("--home", type=Path, help="project whose reproductions/ receives the records (default: this one)")
     nxt.add_argument("--first", action="append", default=[], metavar="KEY",
                      help="an entry's key (as status prints it) to run before the cheapest; repeat for several")
     args = parser.parse_args(argv)
+    try:
+        root = project_root()
+        home = _home(args.home) if args.command == "next" and args.home else root
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.command == "status":
-        plan = current_plan()
+        plan = current_plan(root)
         lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
                  f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine."]
         lines += [f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}" for r in plan["runs"]]
@@ -329,12 +335,35 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout = None  # nothing more goes to the closed pipe, not even at exit
         return 0
     try:
-        next_runs(args.count, commit=not args.no_commit, home=args.home.resolve() if args.home else None,
-                  first=tuple(args.first))
+        next_runs(args.count, commit=not args.no_commit, root=root, home=home, first=tuple(args.first))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RuntimeError as err:  # a notebook failed: its records so far are committed, the message says where
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _count(text: str) -> int:
+    """--count: how many entries to run, at least one."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of runs, 1 or more, is expected; got {text!r}.")
+    return count
+
+
+def _home(path: Path) -> Path:
+    """--home: a pflcore project's own folder (records and the plan go there and are committed
+    there), checked before any run so that a mistyped path costs nothing."""
+    path = path.expanduser().resolve()
+    if not ((path / "notebooks").is_dir() and (path / "params").is_dir()):
+        raise ValueError(f"--home {path} is not a pflcore project (a folder with notebooks/ and params/); "
+                         "name the clone whose reproductions/ should receive the records.")
+    return path
 
 
 if __name__ == "__main__":

@@ -160,6 +160,36 @@ def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_re
     assert ran == [wanted, campaign.CAMPAIGN[0].key], "a refused call ran something"
 
 
+def test_bad_input_is_one_sentence_before_any_run(tmp_path, monkeypatch, capsys):
+    """A mistyped --home or --count, or a working directory outside a project, is refused
+    before a run starts (a paper-preset run costs a quarter of an hour); a notebook that
+    fails mid-campaign ends in one line naming it, not a traceback."""
+    import pytest
+
+    ran = []
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    assert campaign.main(["next", "--home", str(tmp_path / "no such clone")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --home ") and "is not a pflcore project" in err and err.count("\n") == 1
+    for count in ("0", "-2", "two"):
+        with pytest.raises(SystemExit) as stopped:
+            campaign.main(["next", "--count", count])
+        assert stopped.value.code == 2
+        assert f"a whole number of runs, 1 or more, is expected; got '{count}'." in capsys.readouterr().err
+    assert ran == [], "a refused call ran something"
+
+    def fails(entry, root, out):
+        raise RuntimeError(f"{entry.key}: the notebook failed (ValueError: no data); executed copy in x.ipynb")
+
+    monkeypatch.setattr(campaign, "run_entry", fails)
+    assert campaign.main(["next", "--no-commit"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and ": the notebook failed (ValueError: no data)" in err and err.count("\n") == 1
+    monkeypatch.chdir(tmp_path)
+    assert campaign.main(["status"]) == 2
+    assert capsys.readouterr().err.startswith("error: no pflcore project (a folder with notebooks/ and params/)")
+
+
 def test_status_piped_into_head_ends_without_a_traceback():
     import subprocess
     import sys
