@@ -263,6 +263,8 @@ def redraw_figures(root: Path, home: Path, out: Path, log=print, reuse: dict | N
     (the campaign goes on: its record is committed, and the next entry's redraw tries again)."""
     if home != root:  # every record of home, so that the figures draw them all
         for path in (home / records.RECORDS_FOLDER).rglob("*.json"):
+            if path.name == PLAN:  # root keeps its own plan
+                continue
             rel = path.relative_to(home)
             if not (root / rel).exists() or (root / rel).read_bytes() != path.read_bytes():
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -147,6 +147,47 @@ def test_a_redraw_in_which_a_notebook_failed_commits_the_record_and_keeps_the_co
     assert any(line.startswith("campaign: figures not redrawn: figures/ is left as it was") for line in logged)
 
 
+def test_a_campaign_in_a_separate_checkout_writes_records_and_plan_home_and_leaves_its_own_plan(
+        tmp_path, monkeypatch):
+    """``--home``: the record and the plan go to the home clone; the redraw copies home's
+    records into the checkout that runs (so its figures draw them all), never home's plan."""
+    from pflcore import report
+
+    root, home = tmp_path / "checkout", tmp_path / "home"
+    for project in (root, home):
+        for folder in ("notebooks", "params", records.RECORDS_FOLDER):
+            (project / folder).mkdir(parents=True)
+    (root / records.RECORDS_FOLDER / campaign.PLAN).write_text("the checkout's own\n")
+    (home / records.RECORDS_FOLDER / "earlier.json").write_text("{}")
+
+    def run_entry(entry, root, out):
+        path = root / records.RECORDS_FOLDER / entry.notebook / "r.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"new": 1}')
+        return [str(path.relative_to(root))]
+
+    def build(out, root, log, reuse):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / report.DRAWN).write_text("[]")
+        (out / report.FAILED).write_text("[]")
+        return out / "index.html"
+
+    monkeypatch.setattr(campaign, "run_entry", run_entry)
+    monkeypatch.setattr(report, "build", build)
+    copied = {}
+
+    def commit_figures(site, **where):  # note what the checkout held when its figures were drawn, and stop there
+        copied.update({p.name: p.read_text() for p in (root / records.RECORDS_FOLDER).rglob("*.json")})
+        raise report.FiguresKept("stopped by the test")
+
+    monkeypatch.setattr(report, "commit_figures", commit_figures)
+    campaign.next_runs(1, commit=False, root=root, home=home, log=lambda *a, **k: None)
+    record = f"{records.RECORDS_FOLDER}/{campaign.CAMPAIGN[0].notebook}/r.json"
+    assert (home / record).read_text() == '{"new": 1}'
+    assert json.loads(campaign.plan_path(home).read_text())["runs"][0]["records"] == [record]
+    assert copied == {"earlier.json": "{}", "r.json": '{"new": 1}', campaign.PLAN: "the checkout's own\n"}
+
+
 def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_refused(tmp_path, monkeypatch, capsys):
     ran = []
     monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
