@@ -289,6 +289,9 @@ def test_pflcore_report_exits_non_zero_naming_the_notebooks_that_failed(monkeypa
     failed = json.loads((tmp_path / "site" / "failed.json").read_text())
     assert failed and {f["error"] for f in failed} == {"FileNotFoundError: no data"}
     assert "fedpac/t1_main/fmnist-20" in {f["notebook"] for f in failed}
+    index = (tmp_path / "site" / "index.html").read_text()  # the site itself says what it lacks
+    assert f"{len(failed)} notebook(s) failed to execute in this build</b>" in index
+    assert "<code>fedpac/t1_main/fmnist-20</code> (FileNotFoundError: no data)" in index
     err = capsys.readouterr().err
     assert f"{len(failed)} notebook(s) failed to execute (" in err and "Traceback" not in err
 

@@ -235,7 +235,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
     (out / DRAWN).write_text(json.dumps(drawn, indent=1) + "\n", encoding="utf-8")
     (out / FAILED).write_text(json.dumps(failed, indent=1) + "\n", encoding="utf-8")
     index = out / "index.html"
-    index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0), encoding="utf-8")
+    index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0, failed), encoding="utf-8")
     log(f"report: {index} ({time.perf_counter() - t0:.0f} s)")
     return index
 

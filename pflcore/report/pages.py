@@ -45,6 +45,10 @@ of the four papers: <b>reproduced</b> (every recorded row within one std over se
 <b>differs</b> (the paper's page says where and why), <b>reference only</b> (the paper's dataset cannot be had
 here; the same experiment runs on another), <b>cannot run here</b> (the paper's datasets are not available on
 this machine), <b>not run yet</b> (no record).</p>
+{% if failed %}<p class="differs"><b>{{ failed|length }} notebook(s) failed to execute in this build</b>, so their
+pages and figures are missing from this site (the errors are in <code>failed.json</code> beside this page):
+{% for f in failed %}<code>{{ f.notebook }}</code> ({{ f.error }}){% if not loop.last %}; {% endif %}{% endfor %}.</p>
+{% endif %}
 <p>{% for status, count in counts %}<span class="{{ status[1] }}">&nbsp;{{ count }} {{ status[0] }}&nbsp;</span>{% if not loop.last %} &middot; {% endif %}{% endfor %}</p>
 <table><tr><th class="l">paper</th><th class="l">item</th><th class="l">what</th><th class="l">status</th>
 <th class="l">detail</th><th class="l">notebook</th></tr>
@@ -164,7 +168,9 @@ def render_paper(page: Page, verdict: Callable) -> str:
     return _wrap(display_name(page.paper), body)
 
 
-def render_index(catalogue: list, table_status: dict, found: list, seconds: float) -> str:
+def render_index(catalogue: list, table_status: dict, found: list, seconds: float, failed: list[dict] = ()) -> str:
+    """The status page: one row per catalogue item, and first, where a notebook failed to
+    execute in this build, which ones (``failed``: {"notebook", "error"}) and that the site lacks them."""
     from .catalogue import TABLES
 
     comparable = {(t.paper, t.id): t.comparable for t in TABLES}
@@ -191,7 +197,8 @@ def render_index(catalogue: list, table_status: dict, found: list, seconds: floa
     counts = [((status, next(r["css"] for r in rows if r["status"] == status)), sum(r["status"] == status for r in rows))
               for status in order if any(r["status"] == status for r in rows)]
     body = _ENV.from_string(_INDEX).render(n_records=len(found), size_kb=f"{size / 1024:,.0f}", rows=rows,
-                                           seconds=f"{seconds:.0f}", counts=counts)
+                                           seconds=f"{seconds:.0f}", counts=counts,
+                                           failed=list(failed))
     return _wrap("pflcore reproduction report", body)
 
 
