@@ -239,3 +239,26 @@ def test_the_palette_is_colour_blind_safe_and_can_be_matplotlibs_cycle():
         assert rcParams["axes.prop_cycle"].by_key()["color"] == PALETTE
     finally:
         rcParams["axes.prop_cycle"] = before
+
+
+def test_record_curves_keep_each_method_s_look_when_other_methods_arrive(tmp_path, monkeypatch):
+    """A table's figure is redrawn as records arrive: with ``styles`` (the table's rows) a
+    method's colour and dash depend on its row, not on which other rows have records yet."""
+    from pflcore.analysis import record_figures
+
+    drawn = []
+    monkeypatch.setattr(record_figures.plt, "close", drawn.append)
+
+    def run(offset):
+        return [{"history": [{"round": r, "acc_mean": offset + r} for r in (1, 2, 3)]}]
+
+    def looks(runs):
+        record_figures.plot_seed_curves(runs, tmp_path / "c.png", styles=("fedpac", "local", "fedavg", "ditto"))
+        return {line.get_label().split(" (")[0]: (line.get_color(), line.get_linestyle())
+                for line in drawn[-1].axes[0].lines}
+
+    before = looks({"local": run(50), "fedpac": run(70)})
+    after = looks({"local": run(50), "fedavg": run(60), "ditto": run(65), "fedpac": run(70)})
+    assert after["Local"] == before["Local"] and after["FedPAC"] == before["FedPAC"]
+    assert len(set(after.values())) == 4
+    assert looks({"fedprox": run(40), "fedpac": run(70)})["FedPAC"] == before["FedPAC"]  # unlisted ones follow

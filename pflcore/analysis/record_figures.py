@@ -31,14 +31,20 @@ def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, 
 
 
 def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: str = "acc_mean",
-                     title: str = "", ylabel: str = "accuracy (%)") -> Path:
+                     title: str = "", ylabel: str = "accuracy (%)", styles: Sequence[str] = ()) -> Path:
     """One line per method (display names, distinct colour and dash), saved to ``path``; a
     method scored at the final round only (FedAvg-FT from FedAvg's run) is a point with its
     spread over seeds; a method whose records share no round is still named in the legend,
-    never dropped."""
+    never dropped. ``styles``: every method the figure may come to hold (a table's rows), in
+    the order that hands out colours and dashes, so that each keeps its look when records of
+    other methods arrive; methods not named there follow them."""
+    places = {method: i for i, method in enumerate(styles)}
+    for method in runs:
+        places.setdefault(method, len(places))
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     handles = []  # in the methods' order (matplotlib would list error-bar points after the lines)
-    for i, (method, recs) in enumerate(runs.items()):
+    for method, recs in runs.items():
+        i = places[method]
         rounds, mean, low, high = seed_curve(recs, key)
         colour = PALETTE[i % len(PALETTE)]
         if not len(rounds):

@@ -201,6 +201,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
             name = f"{spec.paper}-{spec.id}-{_slug(column)}-curves.png"
             setting = spec.column_title(column)
             plot_seed_curves(runs, out / "figures" / name, key=spec.curve_key, ylabel=spec.curve_label,
+                             styles=sorted(spec.rows, key=lambda m: m != spec.paper),  # the paper's method first
                              title=spec.title if setting in spec.title else f"{spec.title}\n{setting}")
             figures.append((f"figures/{name}", f"{spec.column_title(column)}: {spec.curve_label} over rounds, "
                                                 f"mean over the recorded seeds (band: lowest to highest seed)"))
