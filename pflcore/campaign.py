@@ -71,8 +71,8 @@ def _entries() -> list[Entry]:
     # pFedFDA Table 1 on FMNIST-S Dir(0.5) at 25% and 100% of the training samples
     fda = {25: {"fedpac": 232, "pfedfda": 212, "fedavg_ft": 215, "ditto": 391, "local": 200},
            # 100%: pFedFDA seed 0 ran 1,826 s on a partly loaded machine (7.3 s a round when quiet,
-           # about 1,500 s); the others scaled from their earlier estimates by the same factor
-           100: {"fedpac": 1460, "pfedfda": 1500, "fedavg_ft": 1700, "ditto": 2540, "local": 1400}}
+           # about 1,500 s), Local seed 0 1,303 s alone; the others scaled from their earlier estimates
+           100: {"fedpac": 1460, "pfedfda": 1500, "fedavg_ft": 1700, "ditto": 2540, "local": 1310}}
     for percent, methods in fda.items():
         for method, estimate in methods.items():
             for seed in (0, 1, 2):
@@ -92,12 +92,12 @@ def _entries() -> list[Entry]:
     # FedPAC Table 1, Fashion-MNIST, 20 clients: all 15 rows
     # FedAvg-FT and kNN-Per train exactly as FedAvg (Algorithm.trains_as): one entry trains
     # FedAvg and scores both from its final state, three records for one training
-    fedpac = {"local": 990, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 890, "lg_fedavg": 1100, "fedrep": 970,
-              "fedbabu": 900, "fedrod": 990, "apfl": 1950, "pfedme": 7300, "ditto": 2200,
+    fedpac = {"local": 990, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 890, "lg_fedavg": 890, "fedrep": 970,
+              "fedbabu": 920, "fedrod": 970, "apfl": 1950, "pfedme": 7300, "ditto": 1880,
               "fedfomo": 2500, "pfedhn": 1900, "fedpac": 1080}  # FedPAC seeds 0-2 took 1,017-1,108 s,
-    # Local 929-1,013 s, FedPer 861-896 s, FedRep 928-1,012 s, FedBABU 884-917 s, Fed-RoD 979-986 s (their records);
-    # APFL 1,935-2,029 s (it trains two models, the global and the personal, at every local step); LG-FedAvg's
-    # seed 0 took 1,432 s while a test run shared the two cores, so it keeps its guess; the others are guesses
+    # Local 929-1,013 s, FedPer 861-896 s, FedRep 928-1,012 s, FedBABU 884-977 s, Fed-RoD 932-986 s (their records);
+    # LG-FedAvg 873-893 s (seeds 1-2; seed 0's 1,432 s shared the two cores with a test run); APFL 1,935-2,029 s
+    # and Ditto 1,863 s (seed 0): each trains two models, the global and the personal; the others are guesses
     # from similar methods
     for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
