@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import records, report
 from .atomic import atomic_write_bytes
-from .project import project_root
+from .project import is_project, project_root
 
 PLAN = "plan.json"
 
@@ -362,7 +362,7 @@ def _home(path: Path) -> Path:
     """--home: a pflcore project's own folder (records and the plan go there and are committed
     there), checked before any run so that a mistyped path costs nothing."""
     path = path.expanduser().resolve()
-    if not ((path / "notebooks").is_dir() and (path / "params").is_dir()):
+    if not is_project(path):
         raise ValueError(f"--home {path} is not a pflcore project (a folder with notebooks/ and params/); "
                          "name the clone whose reproductions/ should receive the records.")
     return path

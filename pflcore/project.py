@@ -5,11 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def is_project(folder: str | Path) -> bool:
+    """Whether ``folder`` itself is a pflcore project (it holds ``notebooks/`` and ``params/``)."""
+    return (Path(folder) / "notebooks").is_dir() and (Path(folder) / "params").is_dir()
+
+
 def project_root(start: str | Path | None = None) -> Path:
     """The nearest folder at or above ``start`` (default: cwd) holding ``notebooks/`` and ``params/``."""
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "notebooks").is_dir() and (folder / "params").is_dir():
+        if is_project(folder):
             return folder
     raise FileNotFoundError(f"no pflcore project (a folder with notebooks/ and params/) at or above {here}.")
 
