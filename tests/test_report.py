@@ -127,6 +127,19 @@ def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records(
     assert largest and all(step < 0.5 for steps in largest.values() for step in steps), largest
 
 
+def test_the_apfl_note_s_account_of_its_place_holds_for_the_shipped_records():
+    """The APFL row's note says that with three seeds it sits below the paper's number by more
+    than the seeds' spread, above Local and FedAvg and below FedAvg-FT and kNN-Per: a record
+    that breaks this makes the note wrong."""
+    note = next(text for column, method, text in T1.row_notes if method == "apfl")
+    assert "With three seeds" in note and "above Local and FedAvg and below FedAvg-FT and kNN-Per" in note
+    cells = cells_of(T1, records.all_records(ROOT / "reproductions" / T1.notebook))
+    mean = {m: cells[("fmnist 20", m)].mean(T1.metric) for m in ("apfl", "local", "fedavg", "fedavg_ft", "knn_per")}
+    apfl = cells[("fmnist 20", "apfl")]
+    assert apfl.n == 3 and apfl.paper - mean["apfl"] > apfl.std(T1.metric), (mean, apfl.std(T1.metric))
+    assert max(mean["local"], mean["fedavg"]) < mean["apfl"] < min(mean["fedavg_ft"], mean["knn_per"]), mean
+
+
 def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
     notebooks = {p.relative_to(ROOT / "notebooks").with_suffix("").as_posix()
                  for p in (ROOT / "notebooks").glob("*/*.ipynb") if p.parent.name in ("fedpac", "fedcp", "fedfa",
