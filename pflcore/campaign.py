@@ -11,7 +11,7 @@ earlier runs or, where none ran, from the round time of a similar method; an ent
 trains FedAvg once and scores FedAvg-FT and kNN-Per from it yields three records, and a
 FedFA Figure 4 run with the feature probe also gives Table 2's record of the run without it).
 
-    python -m pflcore.campaign status          # what exists, what remains, the seconds left
+    python -m pflcore.campaign status          # seeds recorded per row, what remains, the seconds left
     python -m pflcore.campaign next [--count N] [--first KEY] [--no-commit]
 """
 from __future__ import annotations
@@ -158,6 +158,34 @@ def current_plan(root: Path | None = None) -> dict:
                      "'records' lists the committed records an entry produced, empty while it remains.",
             "done": len(runs) - len(remaining), "remaining": len(remaining),
             "remaining_estimate_s": sum(r["estimate_s"] for r in remaining), "runs": runs}
+
+
+def seeds_per_row(plan: dict) -> dict[str, list[tuple[str, int, int]]]:
+    """Per notebook (the tables' first), each of its rows in the campaign (an entry's label)
+    with the seeds that have records and the seeds planned: the small matrix of what the
+    report's tables rest on."""
+    rows: dict[str, dict[str, list[int]]] = {}
+    for run in plan["runs"]:
+        counts = rows.setdefault(run["notebook"], {}).setdefault(run["label"], [0, 0])
+        counts[0] += bool(run["records"])
+        counts[1] += 1
+    order = sorted(rows, key=lambda nb: TABLE_NOTEBOOKS.index(nb) if nb in TABLE_NOTEBOOKS else len(TABLE_NOTEBOOKS))
+    return {notebook: [(label, done, planned) for label, (done, planned) in rows[notebook].items()]
+            for notebook in order}
+
+
+def _wrapped(head: str, items: list[str], width: int = 100) -> list[str]:
+    """``head`` and the comma-separated ``items`` in lines of at most ``width`` characters
+    where the items allow, never breaking an item; continuation lines indented."""
+    lines, line = [], head
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if line != head and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = "    " + piece
+        else:
+            line += " " + piece
+    return lines + [line]
 
 
 def write_plan(plan: dict, root: Path | None = None) -> Path:
@@ -312,7 +340,7 @@ def _existing(entry: Entry, root: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pflcore.campaign", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", help="what exists and what remains")
+    sub.add_parser("status", help="what exists and what remains: seeds recorded per row, then every run")
     nxt = sub.add_parser("next", help="run the next entries, cheapest per record first, and commit their records")
     nxt.add_argument("--count", type=_count, default=1, help="how many entries to run (default: 1)")
     nxt.add_argument("--no-commit", action="store_true")
@@ -330,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = current_plan(root)
         lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
                  f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine."]
+        lines.append("Seeds recorded per row, of those planned:")
+        for notebook, rows in seeds_per_row(plan).items():
+            lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])
+        lines.append("Runs, in the order `next` takes them:")
         lines += [f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}" for r in plan["runs"]]
         try:
             print("\n".join(lines), flush=True)

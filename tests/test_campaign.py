@@ -308,3 +308,35 @@ def test_a_figure_drawn_from_another_notebook_s_run_finds_the_arrays_it_derives_
             assert not missing, f"{spec.notebook} reads {missing} from {need}'s records, which {need} never computes"
             checked += bool(reads)
     assert checked >= 1  # FedCP Figure 5 on Table 2's run
+
+
+def test_status_shows_the_seeds_recorded_per_row_with_the_tables_first(tmp_path, monkeypatch, capsys):
+    """`status` opens with the small matrix of seeds recorded per row (what whoever continues
+    reads first), each row whole on its line, before the runs in the order `next` takes them."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    done = ["fedpac/t1_main | apfl | seed 0", "fedpac/t1_main | apfl | seed 2",
+            "fedfa/f4_feature_distance | c2 moon | seed 2021"]
+    campaign.write_plan({"runs": [{"key": key, "records": [f"reproductions/{i}.json"]} for i, key in enumerate(done)]},
+                        tmp_path)
+    plan = campaign.current_plan(tmp_path)
+    rows = campaign.seeds_per_row(plan)
+    assert list(rows)[:len(campaign.TABLE_NOTEBOOKS)] == list(campaign.TABLE_NOTEBOOKS)
+    t1 = {label: (recorded, planned) for label, recorded, planned in rows["fedpac/t1_main"]}
+    assert t1["apfl"] == (2, 3) and t1["pfedme"] == (0, 3) and t1["fedavg+fedavg_ft+knn_per"] == (0, 3)
+    assert dict((label, (r, p)) for label, r, p in rows["fedfa/f4_feature_distance"])["c2 moon"] == (1, 1)
+    assert sum(r for labels in rows.values() for _, r, _ in labels) == plan["done"] == 3
+    assert sum(p for labels in rows.values() for _, _, p in labels) == len(campaign.CAMPAIGN)
+
+    monkeypatch.chdir(tmp_path)
+    assert campaign.main(["status"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    matrix = out[2:out.index("Runs, in the order `next` takes them:")]
+    assert out[1] == "Seeds recorded per row, of those planned:" and matrix[0].startswith("  pfedfda/t1_covariate_shift:")
+    assert all(len(line) <= 100 for line in matrix)
+    text = " ".join(matrix)
+    for labels in rows.values():
+        for label, recorded, planned in labels:
+            assert f" {label} {recorded}/{planned}" in text  # never broken across lines
+    runs = out[out.index("Runs, in the order `next` takes them:") + 1:]
+    assert len(runs) == len(campaign.CAMPAIGN) and sum(line.startswith("  done ") for line in runs) == 3
