@@ -113,9 +113,10 @@ def test_each_row_note_of_the_shipped_tables_explains_a_row_that_differs_or_wait
 def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records():
     """The FedBABU row's note says its accuracy moves by more than a point between evaluated
     rounds (100 to 200) in each seed, where every other row of the column moves by less than
-    half a point: a record that breaks this makes the note wrong."""
+    a point, and in almost every seed (nine in ten here) by less than half a point: a record
+    that breaks this makes the note wrong."""
     note = next(text for column, method, text in T1.row_notes if method == "fedbabu")
-    assert "more than a point" in note and "less than half a point" in note
+    assert "more than a point" in note and "by less than a point, and in almost every seed by less than half" in note
     largest = {}
     for _, rec in records.all_records(ROOT / "reproductions" / T1.notebook):
         if T1.accepts(rec):
@@ -124,7 +125,9 @@ def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records(
                 largest.setdefault(rec["config"]["method"], []).append(max(np.abs(np.diff(acc))))
     fedbabu = largest.pop("fedbabu")
     assert len(fedbabu) == 3 and all(step > 1.0 for step in fedbabu), fedbabu  # "in each of the three seeds"
-    assert largest and all(step < 0.5 for steps in largest.values() for step in steps), largest
+    others = [step for steps in largest.values() for step in steps]
+    assert others and all(step < 1.0 for step in others), largest
+    assert sum(step < 0.5 for step in others) >= 0.9 * len(others), largest
 
 
 def test_the_apfl_note_s_account_of_its_place_holds_for_the_shipped_records():
