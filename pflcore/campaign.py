@@ -71,8 +71,9 @@ def _entries() -> list[Entry]:
     # pFedFDA Table 1 on FMNIST-S Dir(0.5) at 25% and 100% of the training samples
     fda = {25: {"fedpac": 232, "pfedfda": 212, "fedavg_ft": 215, "ditto": 391, "local": 200},
            # 100%: pFedFDA seed 0 ran 1,826 s on a partly loaded machine (7.3 s a round when quiet,
-           # about 1,500 s), Local seed 0 1,303 s alone; the others scaled from their earlier estimates
-           100: {"fedpac": 1460, "pfedfda": 1500, "fedavg_ft": 1700, "ditto": 2540, "local": 1310}}
+           # about 1,500 s), Local seed 0 1,303 s and FedPAC seed 0 1,575 s alone; the others scaled
+           # from their earlier estimates
+           100: {"fedpac": 1580, "pfedfda": 1500, "fedavg_ft": 1700, "ditto": 2540, "local": 1310}}
     for percent, methods in fda.items():
         for method, estimate in methods.items():
             for seed in (0, 1, 2):
@@ -93,11 +94,11 @@ def _entries() -> list[Entry]:
     # FedAvg-FT and kNN-Per train exactly as FedAvg (Algorithm.trains_as): one entry trains
     # FedAvg and scores both from its final state, three records for one training
     fedpac = {"local": 990, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 890, "lg_fedavg": 890, "fedrep": 970,
-              "fedbabu": 920, "fedrod": 970, "apfl": 1950, "pfedme": 7300, "ditto": 1880,
+              "fedbabu": 920, "fedrod": 970, "apfl": 1910, "pfedme": 7300, "ditto": 1920,
               "fedfomo": 2500, "pfedhn": 1900, "fedpac": 1080}  # FedPAC seeds 0-2 took 1,017-1,108 s,
     # Local 929-1,013 s, FedPer 861-896 s, FedRep 928-1,012 s, FedBABU 884-977 s, Fed-RoD 932-986 s (their records);
-    # LG-FedAvg 873-893 s (seeds 1-2; seed 0's 1,432 s shared the two cores with a test run); APFL 1,935-2,029 s
-    # and Ditto 1,863 s (seed 0): each trains two models, the global and the personal; the others are guesses
+    # LG-FedAvg 873-893 s (seeds 1-2; seed 0's 1,432 s shared the two cores with a test run); APFL 1,762-2,029 s
+    # and Ditto 1,863-1,949 s: each trains two models, the global and the personal; the others are guesses
     # from similar methods
     for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
