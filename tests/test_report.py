@@ -71,6 +71,26 @@ def test_fedfa_s_claim_names_the_settings_as_the_paper_does_and_waits_for_both()
     assert "#C = 2: +10.50 points (n = 2 / 2" in claim["text"] and "Dir(0.1): not recorded yet" in claim["text"]
 
 
+def test_pfedfda_s_claim_weighs_the_gain_under_scarcity_and_waits_for_every_row():
+    """pFedFDA's claim holds when its lead over the best other row is positive at 25% and larger
+    than at 100%; while a row of either column has no record it says "so far"."""
+    fda = next(t for t in TABLES if t.notebook == "pfedfda/t1_covariate_shift")
+
+    def run(method, share, acc):
+        rec = record("pfedfda/t1_covariate_shift", method, 0, acc, partition={"kind": "dirichlet", "subsample": share})
+        return (Path(f"{method}{share}.json"), rec)
+
+    found = [run("pfedfda", 0.25, 90.0), run("fedpac", 0.25, 87.0), run("pfedfda", 1.0, 92.0), run("fedpac", 1.0, 93.0)]
+    claim = fda.claim(cells_of(fda, found))
+    assert claim["status"] == "holds so far"  # +3.00 at 25% over -1.00 at 100%; Local, FedAvg-FT, Ditto unrecorded
+    assert "25%: pFedFDA 90.00 (n=1) against the best other, FedPAC 87.00 (n=1) (+3.00)" in claim["text"]
+    assert claim["text"].endswith("not the paper's CIFAR10-S")  # the page's sentence adds the full stop
+    found += [run(m, share, 80.0) for m in ("local", "fedavg_ft", "ditto") for share in (0.25, 1.0)]
+    assert fda.claim(cells_of(fda, found))["status"] == "holds"
+    found[0] = run("pfedfda", 0.25, 86.0)  # behind FedPAC under scarcity
+    assert fda.claim(cells_of(fda, found))["status"] == "does not hold"
+
+
 def test_verdict_uses_one_std_over_seeds_or_one_point():
     far = Cell("c", "m", runs=[record("n", "m", s, a) for s, a in [(0, 80.0), (1, 84.0)]], paper=85.0)
     assert verdict(far, "acc_mean") == ("differs", "-3.00 points")  # std 2.83 < 3.00
