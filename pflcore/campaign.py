@@ -95,11 +95,11 @@ def _entries() -> list[Entry]:
     # FedAvg and scores both from its final state, three records for one training
     fedpac = {"local": 990, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 890, "lg_fedavg": 890, "fedrep": 970,
               "fedbabu": 920, "fedrod": 970, "apfl": 1910, "pfedme": 7300, "ditto": 1920,
-              "fedfomo": 2500, "pfedhn": 1900, "fedpac": 1080}  # FedPAC seeds 0-2 took 1,017-1,108 s,
+              "fedfomo": 830, "pfedhn": 1210, "fedpac": 1080}  # FedPAC seeds 0-2 took 1,017-1,108 s,
     # Local 929-1,013 s, FedPer 861-896 s, FedRep 928-1,012 s, FedBABU 884-977 s, Fed-RoD 932-986 s (their records);
     # LG-FedAvg 873-893 s (seeds 1-2; seed 0's 1,432 s shared the two cores with a test run); APFL 1,762-2,029 s
-    # and Ditto 1,863-1,949 s: each trains two models, the global and the personal; the others are guesses
-    # from similar methods
+    # and Ditto 1,863-1,949 s: each trains two models, the global and the personal; pFedHN 1,188-1,198 s and
+    # FedFomo 796-824 s; pFedMe is a guess from similar methods
     for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedpac/t1_main", methods, seed, {"methods": methods.split("+"), "seed": seed}, estimate))
