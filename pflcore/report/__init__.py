@@ -160,10 +160,13 @@ def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
             f"{lead:+.2f} points")
     text += close_rivals(mine, others, metric)
     complete = all(c.n for (col, m), c in cells.items() if col == column)
-    status = "holds" if lead > 0 else "does not hold"
-    if not complete:
-        status += " so far"
-    return {"status": status, "text": text}
+    return {"status": claim_status(lead > 0, complete), "text": text}
+
+
+def claim_status(holds: bool, complete: bool) -> str:
+    """A paper claim's verdict from the records: "holds" or "does not hold", with "so far" while
+    a row it rests on has no record yet (that row could change it)."""
+    return ("holds" if holds else "does not hold") + ("" if complete else " so far")
 
 
 # ---------------------------------------------------------------------- building

@@ -108,7 +108,7 @@ def _lead(method: str, over: str, columns: tuple[str, ...], metric: str, expecte
     """FedFA's claim: ``method`` ahead of ``over`` by about ``expected`` points in ``columns``
     (``names``: each column as the paper names it)."""
     def check(cells: dict) -> dict:
-        from . import paired_t, seed_matched
+        from . import claim_status, paired_t, seed_matched
 
         parts, holds, complete = [], True, True
         for column in columns:
@@ -124,9 +124,7 @@ def _lead(method: str, over: str, columns: tuple[str, ...], metric: str, expecte
             parts.append(f"{name}: {lead:+.2f} points (n = {a.n} / {b.n}"
                          + (f", paired t over seeds p = {p:.3f}" if p is not None else "") + ")")
             holds = holds and lead > 0
-        status = ("holds" if holds else "does not hold") if any(cells[(c, method)].n for c in columns) else "not run yet"
-        if status != "not run yet" and not complete:
-            status += " so far"
+        status = claim_status(holds, complete) if any(cells[(c, method)].n for c in columns) else "not run yet"
         return {"status": status, "text": f"{display_name(method)} over {display_name(over)} (the paper: about "
                                           f"{expected:.0f} points): " + "; ".join(parts)}
     return check
@@ -134,7 +132,7 @@ def _lead(method: str, over: str, columns: tuple[str, ...], metric: str, expecte
 
 def _scarcity_gain(cells: dict) -> dict:
     """pFedFDA's claim: it gains most over the baselines under scarcity (25%) and shift."""
-    from . import close_rivals
+    from . import claim_status, close_rivals
 
     parts, gains = [], {}
     for column in ("25", "100"):
@@ -151,9 +149,7 @@ def _scarcity_gain(cells: dict) -> dict:
     if len(gains) < 2:
         return {"status": "not run yet" if not gains else "incomplete", "text": "; ".join(parts)}
     holds = gains["25"] > 0 and gains["25"] > gains["100"]
-    status = "holds" if holds else "does not hold"
-    if not all(c.n for c in cells.values()):  # a row still without a record could change the best other
-        status += " so far"
+    status = claim_status(holds, complete=all(c.n for c in cells.values()))
     return {"status": status,
             "text": "; ".join(parts) + ". Here the dataset is Fashion-MNIST-S, not the paper's CIFAR10-S"}
 
