@@ -53,6 +53,37 @@ def params_path(notebook: Path, root: Path, preset: str) -> Path:
 
 #: Parameters holding a path: :func:`use_preset` resolves them with :func:`project_path`.
 PATH_PARAMETERS = ("output_dir", "figures_dir", "data_root")
+#: Parameters that choose which of a preset's runs execute (methods, seeds, a table's columns), never
+#: how one trains: a run they narrow to is still the preset's run.
+SELECTION_PARAMETERS = ("methods", "seed", "seeds", "settings", "sample_percents")
+#: Parameters that never change a run's numbers: where results and figures go, printing, retraining.
+NEUTRAL_PARAMETERS = ("preset", "output_dir", "figures_dir", "quiet", "train", "download")
+
+
+def preset_changes(preset_values: dict, smoke: dict, namespace: dict, given: set[str]) -> dict:
+    """The notebook parameters in ``namespace`` whose values differ from those the preset
+    gives (``preset_values``, else the smoke value), leaving out the selection and neutral
+    ones: ``{}`` for the preset's own runs. A run's record keeps them, and the report's tables
+    take only records of their paper preset's runs (a run at the paper preset with, say,
+    ``local_epochs`` changed is another setting). A path is compared where it points, and
+    kept relative to the project. ``given``: the names papermill set (their defaults are unknown,
+    so one the presets never name counts as changed)."""
+    changes = {}
+    for name in sorted((set(preset_values) | set(smoke) | set(given)) - set(SELECTION_PARAMETERS)
+                       - set(NEUTRAL_PARAMETERS)):
+        if name not in namespace:
+            continue
+        value = namespace[name]
+        if name in PATH_PARAMETERS and isinstance(value, (str, Path)):
+            value = str(project_path(value).resolve())
+        if name in preset_values or name in smoke:
+            expected = preset_values.get(name, smoke.get(name))
+            if name in PATH_PARAMETERS and isinstance(expected, (str, Path)):
+                expected = str(project_path(expected).resolve())
+            if value == expected:
+                continue
+        changes[name] = records.relative_path(value) if name in PATH_PARAMETERS and isinstance(value, str) else value
+    return changes
 
 
 def check_parameter_types(notebook: str, smoke: dict, namespace: dict) -> None:
@@ -118,7 +149,8 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
         Path(namespace["figures_dir"]).mkdir(parents=True, exist_ok=True)
     where = ", ".join(f"{what} in {namespace[n]}" for n, what in (("output_dir", "results"), ("figures_dir", "figures"))
                       if n in namespace)
-    records.set_notebook(notebook, preset, train=namespace.get("train") is True)  # paper preset: records
+    changes = preset_changes(chosen, smoke, namespace, given) if preset != "smoke" else {}
+    records.set_notebook(notebook, preset, train=namespace.get("train") is True, changes=changes)  # paper: records
     from .analysis.palette import install  # here, not at the top: the process that runs notebooks never draws
 
     install()  # the notebook's own plots get pflcore's colour-blind-safe colours too

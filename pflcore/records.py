@@ -34,7 +34,7 @@ import re
 import subprocess
 import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -170,16 +170,24 @@ def find(config: Any, root: str | Path | None = None) -> Path | None:
 class _Context:
     notebook: str | None = None  # "fedpac/t1_main": records of this notebook's runs are written
     train: bool = False  # train even where a record exists
+    changes: dict = field(default_factory=dict)  # the notebook's parameters changed from the preset's
 
 
 _context = _Context()
 
 
-def set_notebook(notebook: str | None, preset: str, train: bool = False) -> None:
+def set_notebook(notebook: str | None, preset: str, train: bool = False, changes: dict | None = None) -> None:
     """Called by :func:`pflcore.notebooks.use_preset`: at the ``paper`` preset, runs of
-    ``notebook`` read their records and write one when they finish."""
+    ``notebook`` read their records and write one when they finish, keeping ``changes`` (the
+    parameters changed from the preset's, :func:`pflcore.notebooks.preset_changes`)."""
     _context.notebook = notebook if preset == "paper" else None
     _context.train = bool(train)
+    _context.changes = dict(changes or {})
+
+
+def active_changes() -> dict:
+    """The active notebook's parameters changed from its paper preset (``{}``: the preset's runs)."""
+    return dict(_context.changes)
 
 
 def active_notebook() -> str | None:
@@ -197,14 +205,15 @@ def records_only() -> bool:
 
 
 @contextmanager
-def recording(notebook: str | None, train: bool = False) -> Iterator[None]:
-    """Runs inside the block read and write records as ``notebook``'s paper preset would."""
-    saved = (_context.notebook, _context.train)
-    _context.notebook, _context.train = notebook, train
+def recording(notebook: str | None, train: bool = False, changes: dict | None = None) -> Iterator[None]:
+    """Runs inside the block read and write records as ``notebook``'s paper preset would
+    (with ``changes`` to its parameters, :func:`set_notebook`)."""
+    saved = (_context.notebook, _context.train, _context.changes)
+    _context.notebook, _context.train, _context.changes = notebook, train, dict(changes or {})
     try:
         yield
     finally:
-        _context.notebook, _context.train = saved
+        _context.notebook, _context.train, _context.changes = saved
 
 
 # ---------------------------------------------------------------------- writing
@@ -234,8 +243,10 @@ def _compact(array: np.ndarray) -> Any:
 
 
 def from_result(result: Any, notebook: str | None, notes: list[str] | None = None,
-                derived: Mapping[str, float] | None = None, kept_rounds: set[int] | None = None) -> dict:
-    """The record of a finished run (a :class:`pflcore.engine.RunResult`)."""
+                derived: Mapping[str, float] | None = None, kept_rounds: set[int] | None = None,
+                changes: Mapping[str, Any] | None = None) -> dict:
+    """The record of a finished run (a :class:`pflcore.engine.RunResult`); ``changes``: the
+    notebook's parameters changed from its paper preset (:func:`active_changes`)."""
     config = result.config
     summary = dict(result.summary)
     prov = summary.pop("provenance", None) or {"note": "run finished before pflcore recorded provenance"}
@@ -251,14 +262,16 @@ def from_result(result: Any, notebook: str | None, notes: list[str] | None = Non
     cfg = config.to_dict()
     for key in ("output_dir", "data_root"):  # machine-specific paths: relative to the project where possible
         if isinstance(cfg.get(key), str):
-            cfg[key] = _relative(cfg[key])
+            cfg[key] = relative_path(cfg[key])
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "notebook": notebook,
             "fingerprint": config.fingerprint(), "seed": int(config.seed), "config": _exact(cfg),
             "provenance": _exact(prov), "summary": _exact(summary), "history": _exact(result.history),
-            "clients": clients, "arrays": arrays, "notes": list(notes or [])}
+            "clients": clients, "arrays": arrays, "notes": list(notes or []),
+            "preset_changes": _exact(dict(changes or {}))}
 
 
-def _relative(path: str) -> str:
+def relative_path(path: str) -> str:
+    """An absolute path under the project as a path relative to it (records hold no machine's paths)."""
     try:
         root = project_root()
         return os.path.relpath(Path(path).resolve(), root) if Path(path).is_absolute() else path
@@ -404,6 +417,8 @@ def validate(record: Any, path: Path, versions: tuple[int, ...] = (SCHEMA_VERSIO
     for key in ("final", "history", "eval_rounds"):
         if key not in record["clients"]:
             raise RecordError(f"{path} is a damaged run record: its clients have no {key!r}.")
+    if not isinstance(record.get("preset_changes", {}), dict):  # optional: records before it have none
+        raise RecordError(f"{path} is a damaged run record: its 'preset_changes' is not a mapping.")
     for name, arrays in record.get("derived_arrays", {}).items():  # optional: what figures derive from final models
         if not isinstance(arrays, dict) or not all(isinstance(a, dict) and {"dtype", "shape", "data"} <= set(a)
                                                    for a in arrays.values()):

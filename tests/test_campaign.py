@@ -340,3 +340,23 @@ def test_status_shows_the_seeds_recorded_per_row_with_the_tables_first(tmp_path,
             assert f" {label} {recorded}/{planned}" in text  # never broken across lines
     runs = out[out.index("Runs, in the order `next` takes them:") + 1:]
     assert len(runs) == len(campaign.CAMPAIGN) and sum(line.startswith("  done ") for line in runs) == 3
+
+
+def test_each_table_s_runs_change_exactly_the_table_s_preset_changes_from_its_paper_preset():
+    """The records a table shows are those made with exactly its changes to the paper preset
+    (FedCP: 300 of 2,000 rounds): every campaign entry of a table notebook, and the report's own
+    narrowing of each of its cells, changes exactly those, so no campaign record is left out."""
+    from pflcore.notebooks import preset_changes
+    from pflcore.report.catalogue import TABLES
+    from pflcore.yaml_io import read_yaml_file
+
+    root = Path(__file__).resolve().parents[1]
+    for spec in TABLES:
+        paper = read_yaml_file(root / "params" / spec.notebook / "paper.yaml", "preset")
+        smoke = read_yaml_file(root / "params" / spec.notebook / "smoke.yaml", "preset")
+        narrowings = [e.parameters for e in campaign.CAMPAIGN if e.notebook == spec.notebook]
+        narrowings += [spec.narrow(column, [method], 0) for column in spec.columns for method in spec.rows]
+        assert narrowings, spec.notebook
+        for overrides in narrowings:
+            changed = preset_changes(paper, smoke, {**paper, **overrides}, set(overrides))
+            assert changed == spec.preset_changes, (spec.notebook, overrides, changed)

@@ -233,6 +233,45 @@ def test_use_preset_applies_the_preset_but_keeps_what_the_user_changed(tmp_path,
         use_preset("demo/nb", "paper", dict(cell), log=lambda *_: None)
 
 
+def test_use_preset_gives_the_records_the_parameters_changed_from_the_preset_and_no_others(tmp_path, monkeypatch):
+    """A record keeps what its run changed from the paper preset (the report's tables show only
+    the preset's runs): not the selections (methods, seeds), not where outputs go, and a path
+    only where it points elsewhere."""
+    from pflcore import records
+
+    root = tmp_path / "proj"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "params" / "nb").mkdir(parents=True)
+    (root / "params" / "nb" / "smoke.yaml").write_text(
+        "rounds: 3\nlocal_epochs: 1\nmethods: [fedavg]\ndata_root: data/small\noutput_dir: results/smoke\n")
+    (root / "params" / "nb" / "paper.yaml").write_text(
+        "rounds: 200\nlocal_epochs: 5\nmethods: [fedavg, fedpac]\ndata_root: data/full\noutput_dir: results/paper\n")
+    monkeypatch.chdir(root / "notebooks")
+    cell = {"rounds": 3, "local_epochs": 1, "methods": ["fedavg"], "data_root": "data/small",
+            "output_dir": "results/smoke", "seed": 0, "quiet": False}
+
+    def changes(namespace: dict, preset: str = "paper") -> dict:
+        use_preset("nb", preset, namespace, log=lambda *_: None)
+        return records.active_changes()
+
+    try:
+        # the preset narrowed to one method and another seed, its data named by an absolute path, its
+        # outputs elsewhere, quiet: still the preset's run
+        given = ('# Parameters\npreset = "paper"\nmethods = ["fedpac"]\nseed = 2\nquiet = True\n'
+                 f'data_root = "{root / "data" / "full"}"\noutput_dir = "/tmp/elsewhere"\n')
+        assert changes({**cell, "methods": ["fedpac"], "seed": 2, "quiet": True, "data_root": str(root / "data/full"),
+                        "output_dir": "/tmp/elsewhere", "In": [given]}) == {}
+        # a changed training parameter, and other data: another setting, kept with the record (the path
+        # relative to the project)
+        assert changes({**cell, "local_epochs": 2, "data_root": "data/other"}) == {
+            "data_root": "data/other", "local_epochs": 2}
+        # a parameter papermill set that no preset names: its default is unknown, so it counts
+        assert changes({**cell, "lr": 0.1, "In": ['# Parameters\nlr = 0.1\n']}) == {"lr": 0.1}
+        assert changes(dict(cell), preset="smoke") == {}  # the smoke preset writes no records anyway
+    finally:
+        records.set_notebook(None, "smoke")
+
+
 def test_a_value_papermill_sets_wins_over_the_preset_even_where_it_equals_the_smoke_value(tmp_path):
     import nbformat
     import papermill

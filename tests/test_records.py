@@ -32,6 +32,9 @@ def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, mak
     assert path.name.endswith(f"-seed7-{config.fingerprint()}.json")
     record = records.read(path)
     assert record["schema_version"] == records.SCHEMA_VERSION and record["fingerprint"] == config.fingerprint()
+    assert record["preset_changes"] == {}  # the paper preset's own run
+    schema = (Path(__file__).resolve().parents[1] / "reproductions" / "SCHEMA.md").read_text()
+    assert [key for key in record if f"| `{key}` |" not in schema] == []  # every field is documented
     prov = record["provenance"]
     for key in ("pflcore_version", "git_commit", "git_dirty", "python", "torch", "numpy", "device", "cpu_model",
                 "cpu_count", "workers", "started", "finished", "seconds_per_round", "stretches"):
@@ -52,6 +55,14 @@ def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, mak
     # summary.json of the run carries the same provenance
     summary = json.loads((result.path / "summary.json").read_text())
     assert summary["provenance"]["git_commit"] == prov["git_commit"]
+
+
+def test_a_record_keeps_the_parameters_its_run_changed_from_the_paper_preset(project, make_config):
+    with records.recording("paper_x/t1", changes={"local_epochs": 2, "data_root": "data/other"}):
+        run(make_config(rounds=1))
+    [path] = list((project / "reproductions" / "paper_x" / "t1").glob("*.json"))
+    assert records.read(path)["preset_changes"] == {"local_epochs": 2, "data_root": "data/other"}
+    assert records.active_changes() == {}  # outside the block: none
 
 
 def test_a_recorded_config_is_read_not_trained_and_forcing_trains_the_same_numbers(project, make_config, capsys):

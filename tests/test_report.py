@@ -56,6 +56,32 @@ def test_cells_group_records_by_column_and_method_with_mean_and_std_over_seeds()
     assert claim["status"] == "holds so far" and "+6.00 points" in claim["text"]
 
 
+def test_a_table_shows_only_its_paper_preset_s_runs_and_refuses_two_configs_for_one_seed():
+    """A run at the paper preset with a training parameter changed is another setting: its record
+    stays out of the table (a record written before records kept their changes is read as the
+    preset's). Two records of one row and seed with different configs are refused in one sentence
+    rather than averaged."""
+    preset = record("fedpac/t1_main", "fedpac", 0, 91.0)
+    preset["preset_changes"] = {}
+    changed = record("fedpac/t1_main", "fedpac", 1, 70.0, local_epochs=1)
+    changed["preset_changes"] = {"local_epochs": 1}
+    legacy = record("fedpac/t1_main", "fedpac", 2, 93.0)  # no preset_changes
+    cell = cells_of(T1, [(Path("a.json"), preset), (Path("b.json"), changed), (Path("c.json"), legacy)])[
+        ("fmnist 20", "fedpac")]
+    assert cell.seeds() == [0, 2] and cell.mean("acc_mean") == pytest.approx(92.0)
+
+    fedcp_t2 = next(t for t in TABLES if t.notebook == "fedcp/t2_main")  # the table's own change: 300 rounds
+    short = record("fedcp/t2_main", "fedcp", 0, 90.0, rounds=300)
+    assert cells_of(fedcp_t2, [(Path("x.json"), {**short, "preset_changes": {"rounds": 300}})])[
+        ("practical mnist", "fedcp")].n == 1
+    assert cells_of(fedcp_t2, [(Path("x.json"), {**short, "preset_changes": {"rounds": 300, "subsample": 0.5}})])[
+        ("practical mnist", "fedcp")].n == 0
+
+    other = record("fedpac/t1_main", "fedpac", 0, 80.0, lr=0.1)  # an older record of another config, same seed
+    with pytest.raises(records.RecordError, match=r"^a.json and d.json are both FedPAC's seed 0 .* different configs"):
+        cells_of(T1, [(Path("a.json"), preset), (Path("d.json"), other)])
+
+
 def test_fedfa_s_claim_names_the_settings_as_the_paper_does_and_waits_for_both():
     fedfa_t2 = next(t for t in TABLES if t.notebook == "fedfa/t2_label_skew")
 

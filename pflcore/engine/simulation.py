@@ -375,7 +375,8 @@ def _recorded(result: RunResult) -> RunResult:
         notes.append(f"Scored from the final state of the {base['method']} run of the same setting (fingerprint "
                      f"{base['fingerprint']}), whose training this method shares exactly, instead of training "
                      "again: only the final round is evaluated, so the best round is the final one.")
-    path = records.write(records.from_result(result, notebook, notes=notes, derived=derived))
+    path = records.write(records.from_result(result, notebook, notes=notes, derived=derived,
+                                              changes=records.active_changes()))
     result.summary.update(derived)
     result.extras["written_record"] = str(path)  # records.derived_arrays adds what figures derive from the final state
     print(f"record written: {path}", flush=True)

@@ -68,12 +68,19 @@ def cells_of(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[tuple[
         paper, paper_std = spec.paper_numbers(column), spec.paper_stds(column)
         for method in spec.rows:
             cells[(column, method)] = Cell(column, method, paper=paper.get(method), paper_std=paper_std.get(method))
-    for _, record in found:
-        if record["notebook"] != spec.notebook:
+    where: dict[tuple[str, str, int], Path] = {}
+    for path, record in found:
+        if not spec.shows(record):
             continue
         column, method = spec.column_of(record), spec.row_of(record)
-        if (column, method) in cells and spec.accepts(record):
-            cells[(column, method)].runs.append(record)
+        if (column, method) not in cells:
+            continue
+        twin = where.setdefault((column, method, record["seed"]), path)
+        if twin != path:  # two configs for one row and seed: averaging both would mix two settings
+            raise records.RecordError(f"{twin} and {path} are both {display_name(method)}'s seed {record['seed']} "
+                                      f"in {spec.paper} {spec.id}'s column {column!r} with different configs; "
+                                      "remove the one that is not the table's setting.")
+        cells[(column, method)].runs.append(record)
     return cells
 
 
