@@ -267,7 +267,7 @@ def from_result(result: Any, notebook: str | None, notes: list[str] | None = Non
             "fingerprint": config.fingerprint(), "seed": int(config.seed), "config": _exact(cfg),
             "provenance": _exact(prov), "summary": _exact(summary), "history": _exact(result.history),
             "clients": clients, "arrays": arrays, "notes": list(notes or []),
-            "preset_changes": _exact(dict(changes or {}))}
+            "preset_changes": json.loads(json.dumps(_exact(dict(changes or {})), default=repr))}  # any value: JSON
 
 
 def relative_path(path: str) -> str:

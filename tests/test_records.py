@@ -58,10 +58,11 @@ def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, mak
 
 
 def test_a_record_keeps_the_parameters_its_run_changed_from_the_paper_preset(project, make_config):
-    with records.recording("paper_x/t1", changes={"local_epochs": 2, "data_root": "data/other"}):
+    changes = {"local_epochs": 2, "data_root": "data/other", "clients": {3, 1}}  # a set, as a Lab edit might give
+    with records.recording("paper_x/t1", changes=changes):
         run(make_config(rounds=1))
     [path] = list((project / "reproductions" / "paper_x" / "t1").glob("*.json"))
-    assert records.read(path)["preset_changes"] == {"local_epochs": 2, "data_root": "data/other"}
+    assert records.read(path)["preset_changes"] == {"local_epochs": 2, "data_root": "data/other", "clients": "{1, 3}"}
     assert records.active_changes() == {}  # outside the block: none
 
 
