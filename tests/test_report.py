@@ -15,7 +15,9 @@ import pytest
 
 from browser import chrome, require_browser
 from pflcore import records
-from pflcore.report import FIGURES_FOLDER, MANIFEST, NOT_FROM_RECORDS, Cell, build, cells_of, commit_figures, first_place, verdict
+from pflcore.report import (FIGURES_FOLDER, MANIFEST, NOT_FROM_RECORDS, Cell, build, cells_of, commit_figures, first_place,
+                            other_settings, verdict)
+from pflcore.report.pages import Page, render_paper
 from pflcore.report.catalogue import CATALOGUE, TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +71,11 @@ def test_a_table_shows_only_its_paper_preset_s_runs_and_refuses_two_configs_for_
     cell = cells_of(T1, [(Path("a.json"), preset), (Path("b.json"), changed), (Path("c.json"), legacy)])[
         ("fmnist 20", "fedpac")]
     assert cell.seeds() == [0, 2] and cell.mean("acc_mean") == pytest.approx(92.0)
+    found = [(Path("a.json"), preset), (Path("b.json"), changed), (Path("c.json"), legacy)]
+    others = other_settings(T1, found)
+    assert others == ["FedPAC seed 1 (local_epochs = 1)"]  # said on the table's page, not silently missing
+    page = Page("fedpac", "FedPAC", tables=[(T1, cells_of(T1, found), [], None, [], others)])
+    assert "Not in this table: 1 record(s) of its notebook" in unescape(render_paper(page, verdict))
 
     fedcp_t2 = next(t for t in TABLES if t.notebook == "fedcp/t2_main")  # the table's own change: 300 rounds
     short = record("fedcp/t2_main", "fedcp", 0, 90.0, rounds=300)

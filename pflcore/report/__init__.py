@@ -84,6 +84,21 @@ def cells_of(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[tuple[
     return cells
 
 
+def other_settings(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> list[str]:
+    """The records of the table's notebook and columns that it leaves out because their runs
+    changed the paper preset otherwise (:meth:`TableSpec.shows`), each in words: what the
+    table's page says, so that a user's own run at the paper preset is not silently missing."""
+    out = []
+    for _, record in found:
+        changes = record.get("preset_changes")
+        if (record["notebook"] != spec.notebook or changes is None or changes == spec.preset_changes
+                or spec.column_of(record) not in spec.columns or spec.row_of(record) not in spec.rows):
+            continue
+        changed = ", ".join(f"{name} = {json.dumps(value)}" for name, value in sorted(changes.items()))
+        out.append(f"{display_name(spec.row_of(record))} seed {record['seed']} ({changed or 'nothing changed'})")
+    return sorted(out)
+
+
 def verdict(cell: Cell, metric: str) -> tuple[str, str]:
     """("reproduced" | "differs" | "not run yet", the reason in words)."""
     if not cell.n:
@@ -219,7 +234,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
                           "records": sorted(record_ref(r) for rs in runs.values() for r in rs)})
         claim = spec.claim(cells) if spec.claim else None
         notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn, reuse, failed) if execute else []
-        pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html))
+        pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html, other_settings(spec, found)))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
         if figures and spec.curves_item:
             table_status[(spec.paper, spec.curves_item)] = (

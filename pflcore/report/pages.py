@@ -85,6 +85,9 @@ here. {{ t.claim_text }}.</p>{% endif %}
 {% if t.notebooks %}<p>Executed notebooks (from the records):</p><ul>
 {% for href, caption in t.notebooks %}<li><a href="{{ href }}">{{ caption }}</a></li>{% endfor %}</ul>{% endif %}
 <p>Records behind this table: {% for rec in t.records %}<code>{{ rec }}</code>{% if not loop.last %}, {% endif %}{% endfor %}{% if not t.records %}none yet{% endif %}.</p>
+{% if t.others %}<p>Not in this table: {{ t.others|length }} record(s) of its notebook whose runs changed the paper
+preset's parameters{% if t.preset_changes %} otherwise than the table's{% endif %}, so another setting:
+{% for o in t.others %}<code>{{ o }}</code>{% if not loop.last %}, {% endif %}{% endfor %}.</p>{% endif %}
 {% endfor %}
 {% for f in figures %}
 <h2 id="{{ f.id }}">Figure {{ f.id }}, drawn from records</h2>
@@ -126,7 +129,7 @@ def _num(value: float, std: float | None = None) -> str:
 
 def render_paper(page: Page, verdict: Callable) -> str:
     tables = []
-    for spec, cells, figures, claim, notebooks in page.tables:
+    for spec, cells, figures, claim, notebooks, others in page.tables:
         columns, used, notes = [], [], []
         for column in spec.columns:
             rows = []
@@ -163,7 +166,7 @@ def render_paper(page: Page, verdict: Callable) -> str:
             "claim": claim is not None, "claim_words": spec.claim_words,
             "claim_status": claim["status"] if claim else "", "claim_text": claim["text"] if claim else "",
             "claim_css": ("holds" if claim and claim["status"].startswith("holds") else "does-not-hold"),
-            "records": sorted(set(used)), "notes": notes})
+            "records": sorted(set(used)), "notes": notes, "others": others, "preset_changes": spec.preset_changes})
     body = _ENV.from_string(_PAPER).render(title=page.title, tables=tables, figures=page.figures)
     return _wrap(display_name(page.paper), body)
 
