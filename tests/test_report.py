@@ -137,14 +137,12 @@ def test_verdict_uses_one_std_over_seeds_or_one_point():
 def test_a_row_that_differs_points_to_its_investigation_note_or_says_it_has_none():
     import dataclasses
 
-    from pflcore.report.pages import Page, render_paper
-
     spec = dataclasses.replace(TABLES[0], row_notes=((TABLES[0].columns[0], "fedavg", "The authors' code ..."),))
     column = spec.columns[0]
     cells = {(column, m): Cell(column, m, paper=spec.paper_numbers(column).get(m)) for m in spec.rows}
     for method, acc in (("fedavg", 60.0), ("local", 50.0), ("fedpac", spec.paper_numbers(column)["fedpac"])):
         cells[(column, method)].runs = [record(spec.notebook, method, 0, acc)]
-    html = unescape(render_paper(Page(spec.paper, "t", tables=[(spec, cells, [], None, [])]), verdict))
+    html = unescape(render_paper(Page(spec.paper, "t", tables=[(spec, cells, [], None, [], [])]), verdict))
     assert "-25.28 points; see note 1" in html and "The authors' code ..." in html
     assert "-35.68 points; not investigated yet" in html
     assert html.count("not investigated yet") == 1  # FedPAC is within a point: reproduced
