@@ -270,6 +270,15 @@ def from_result(result: Any, notebook: str | None, notes: list[str] | None = Non
             "preset_changes": json.loads(json.dumps(_exact(dict(changes or {})), default=repr))}  # any value: JSON
 
 
+def preset_changes_in_words(record: dict) -> str:
+    """What the record's run changed from its notebook's paper preset: ``"none"``,
+    ``"local_epochs = 1, ..."``, or ``"not recorded"`` (a record written before records kept it)."""
+    changes = record.get("preset_changes")
+    if changes is None:
+        return "not recorded"
+    return ", ".join(f"{name} = {json.dumps(value)}" for name, value in sorted(changes.items())) or "none"
+
+
 def relative_path(path: str) -> str:
     """An absolute path under the project as a path relative to it (records hold no machine's paths)."""
     try:

@@ -32,7 +32,8 @@ def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, mak
     assert path.name.endswith(f"-seed7-{config.fingerprint()}.json")
     record = records.read(path)
     assert record["schema_version"] == records.SCHEMA_VERSION and record["fingerprint"] == config.fingerprint()
-    assert record["preset_changes"] == {}  # the paper preset's own run
+    assert record["preset_changes"] == {} and records.preset_changes_in_words(record) == "none"  # the preset's run
+    assert records.preset_changes_in_words({k: v for k, v in record.items() if k != "preset_changes"}) == "not recorded"
     schema = (Path(__file__).resolve().parents[1] / "reproductions" / "SCHEMA.md").read_text()
     assert [key for key in record if f"| `{key}` |" not in schema] == []  # every field is documented
     prov = record["provenance"]
@@ -62,7 +63,10 @@ def test_a_record_keeps_the_parameters_its_run_changed_from_the_paper_preset(pro
     with records.recording("paper_x/t1", changes=changes):
         run(make_config(rounds=1))
     [path] = list((project / "reproductions" / "paper_x" / "t1").glob("*.json"))
-    assert records.read(path)["preset_changes"] == {"local_epochs": 2, "data_root": "data/other", "clients": "{1, 3}"}
+    record = records.read(path)
+    assert record["preset_changes"] == {"local_epochs": 2, "data_root": "data/other", "clients": "{1, 3}"}
+    assert records.preset_changes_in_words(record) == 'clients = "{1, 3}", data_root = "data/other", local_epochs = 2'
+
     assert records.active_changes() == {}  # outside the block: none
 
 

@@ -73,7 +73,7 @@ def test_a_table_shows_only_its_paper_preset_s_runs_and_refuses_two_configs_for_
     assert cell.seeds() == [0, 2] and cell.mean("acc_mean") == pytest.approx(92.0)
     found = [(Path("a.json"), preset), (Path("b.json"), changed), (Path("c.json"), legacy)]
     others = other_settings(T1, found)
-    assert others == ["FedPAC seed 1 (local_epochs = 1)"]  # said on the table's page, not silently missing
+    assert others == ["FedPAC seed 1 (changed: local_epochs = 1)"]  # said on the table's page, not silently missing
     page = Page("fedpac", "FedPAC", tables=[(T1, cells_of(T1, found), [], None, [], others)])
     assert "Not in this table: 1 record(s) of its notebook" in unescape(render_paper(page, verdict))
 

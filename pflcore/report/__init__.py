@@ -94,8 +94,8 @@ def other_settings(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> list[
         if (record["notebook"] != spec.notebook or changes is None or changes == spec.preset_changes
                 or spec.column_of(record) not in spec.columns or spec.row_of(record) not in spec.rows):
             continue
-        changed = ", ".join(f"{name} = {json.dumps(value)}" for name, value in sorted(changes.items()))
-        out.append(f"{display_name(spec.row_of(record))} seed {record['seed']} ({changed or 'nothing changed'})")
+        out.append(f"{display_name(spec.row_of(record))} seed {record['seed']} "
+                   f"(changed: {records.preset_changes_in_words(record)})")
     return sorted(out)
 
 

@@ -12,7 +12,7 @@ from typing import Callable
 import jinja2
 from markupsafe import Markup
 
-from .. import __version__
+from .. import __version__, records
 from ..papers import display_name
 
 STYLE = """
@@ -224,11 +224,12 @@ _RECORDS = """
 file (schema: <code>reproductions/SCHEMA.md</code> in the repository).</p>
 <table><tr><th class="l">notebook</th><th class="l">method</th><th>seed</th><th class="l">fingerprint</th>
 <th class="l">pflcore commit</th><th class="l">finished (UTC)</th><th class="l">machine</th><th>workers</th>
-<th>s/round</th><th>load</th><th class="l">notes</th></tr>
+<th>s/round</th><th>load</th><th class="l">changed from the paper preset</th><th class="l">notes</th></tr>
 {% for r in rows %}
 <tr><td class="l">{{ r.notebook }}</td><td class="l"><a href="{{ r.href }}">{{ r.method }}</a></td><td>{{ r.seed }}</td>
 <td class="l"><code>{{ r.fingerprint }}</code></td><td class="l"><code>{{ r.commit }}</code></td><td class="l">{{ r.finished }}</td>
-<td class="l">{{ r.machine }}</td><td>{{ r.workers }}</td><td>{{ r.spr }}</td><td>{{ r.load }}</td><td class="l">{{ r.notes }}</td></tr>
+<td class="l">{{ r.machine }}</td><td>{{ r.workers }}</td><td>{{ r.spr }}</td><td>{{ r.load }}</td>
+<td class="l">{{ r.changes }}</td><td class="l">{{ r.notes }}</td></tr>
 {% endfor %}
 </table>
 """
@@ -249,5 +250,6 @@ def render_records(found: list, hrefs: dict) -> str:
                      "finished": (p.get("finished") or "")[:16].replace("T", " "), "machine": machine,
                      "workers": p.get("workers", ""), "spr": f"{spr:.1f}" if isinstance(spr, (int, float)) else "",
                      "load": f"{min(loads):.1f}-{max(loads):.1f}" if loads else "",
+                     "changes": records.preset_changes_in_words(record),
                      "notes": " ".join(record.get("notes", [])), "href": hrefs[path]})
     return _wrap("Run records", _ENV.from_string(_RECORDS).render(rows=rows))
