@@ -70,9 +70,9 @@ def _entries() -> list[Entry]:
     out: list[Entry] = []
     # pFedFDA Table 1 on FMNIST-S Dir(0.5) at 25% and 100% of the training samples
     fda = {25: {"fedpac": 232, "pfedfda": 212, "fedavg_ft": 215, "ditto": 391, "local": 200},
-           # 100%: pFedFDA seed 0 ran 1,826 s on a partly loaded machine (7.3 s a round when quiet,
-           # about 1,500 s), Local seed 0 1,303 s and FedPAC seed 0 1,575 s alone; the others scaled
-           # from their earlier estimates
+           # 100%: pFedFDA seeds 1-2 1,465 s and 1,447 s alone (seed 0's 1,794 s shared the machine),
+           # Local seeds 0 and 2 1,303 s and 1,333 s alone (seed 1's 1,564 s shared the two cores with
+           # test runs), FedPAC seed 0 1,575 s alone; FedAvg-FT and Ditto scaled from their earlier estimates
            100: {"fedpac": 1580, "pfedfda": 1500, "fedavg_ft": 1700, "ditto": 2540, "local": 1310}}
     for percent, methods in fda.items():
         for method, estimate in methods.items():
