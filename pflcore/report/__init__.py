@@ -86,12 +86,11 @@ def cells_of(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[tuple[
 
 def other_settings(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> list[str]:
     """The records of the table's notebook and columns that it leaves out because their runs
-    changed the paper preset otherwise (:meth:`TableSpec.shows`), each in words: what the
+    changed the paper preset otherwise (:meth:`TableSpec.changes_otherwise`), each in words: what the
     table's page says, so that a user's own run at the paper preset is not silently missing."""
     out = []
     for _, record in found:
-        changes = record.get("preset_changes")
-        if (record["notebook"] != spec.notebook or changes is None or changes == spec.preset_changes
+        if (record["notebook"] != spec.notebook or not spec.changes_otherwise(record)
                 or spec.column_of(record) not in spec.columns or spec.row_of(record) not in spec.rows):
             continue
         out.append(f"{display_name(spec.row_of(record))} seed {record['seed']} "

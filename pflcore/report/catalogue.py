@@ -199,13 +199,17 @@ class TableSpec:
     def row_of(self, record: dict) -> str:
         return record["config"]["method"]
 
+    def changes_otherwise(self, record: dict) -> bool:
+        """Whether ``record``'s run changed the paper preset otherwise than this table's runs do
+        (a record written before records kept their changes has none to compare: False)."""
+        changes = record.get("preset_changes")
+        return changes is not None and changes != self.preset_changes
+
     def shows(self, record: dict) -> bool:
         """Whether ``record`` is a run of this table's setting: its notebook's, accepted, made
-        with exactly the table's changes to the paper preset (a record written before records
-        kept their changes has none to compare)."""
-        changes = record.get("preset_changes")
-        return (record["notebook"] == self.notebook and self.accepts(record)
-                and (changes is None or changes == self.preset_changes))
+        with exactly the table's changes to the paper preset."""
+        return record["notebook"] == self.notebook and self.accepts(record) and not self.changes_otherwise(record)
+
 
 
 _FEDPAC_T1_ROWS = ("local", "fedavg", "fedavg_ft", "fedper", "lg_fedavg", "fedrep", "fedbabu", "fedrod", "knn_per",
