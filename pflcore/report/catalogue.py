@@ -211,6 +211,9 @@ class TableSpec:
         return record["notebook"] == self.notebook and self.accepts(record) and not self.changes_otherwise(record)
 
 
+#: FedCP's runs here: 300 of the paper's 2,000 rounds (its Table 2 and the figures from those runs)
+_FEDCP_ROUNDS = 300
+
 
 _FEDPAC_T1_ROWS = ("local", "fedavg", "fedavg_ft", "fedper", "lg_fedavg", "fedrep", "fedbabu", "fedrod", "knn_per",
                    "apfl", "pfedme", "ditto", "fedfomo", "pfedhn", "fedpac")
@@ -292,12 +295,12 @@ TABLES: list[TableSpec] = [
         ("fedavg", "ditto", "fedrep", "fedrod", "fedcp"),
         lambda c: FEDCP_TABLE2["practical"]["mnist"], lambda c: {},
         lambda r: "practical mnist", lambda c: "MNIST, practical setting, 20 clients",
-        lambda column, methods, seed: {"methods": methods, "seeds": [seed], "rounds": 300},
+        lambda column, methods, seed: {"methods": methods, "seeds": [seed], "rounds": _FEDCP_ROUNDS},
         "The paper's metric: every client's personalised model scored on its own test split, the correct "
         "predictions pooled over all clients' test samples (sample-weighted), at the best evaluated round "
         "(evaluated every round). pflcore's one evaluation (final round, unweighted mean over clients) is shown "
-        "beside it. Here 300 rounds; the paper ran 2,000.",
-        accepts=lambda r: r["config"]["rounds"] == 300, preset_changes={"rounds": 300},
+        f"beside it. Here {_FEDCP_ROUNDS} rounds; the paper ran 2,000.",
+        accepts=lambda r: r["config"]["rounds"] == _FEDCP_ROUNDS, preset_changes={"rounds": _FEDCP_ROUNDS},
         claim=_first_place("practical mnist", "fedcp", "best_acc_weighted"),
         claim_words="FedCP is ahead of every baseline on MNIST.", curve_key="acc_weighted",
         curve_label="pooled accuracy (%)"),
@@ -419,8 +422,9 @@ FIGURES: list[FigureSpec] = [
                "updates, per round", methods_parameter="methods"),
     FigureSpec(_C, "F5", "fedcp/f5_policy", (Need("fedcp/t2_main", "fedcp", 0, column="practical mnist"),),
                "FedCP Figure 5 on MNIST, practical setting (the authors' partition): each client's PIR per round and "
-               "the personal share of its test samples under the final policy; the run of Table 2's campaign, 300 "
-               "rounds, seed 0 (the paper ran 2,000 rounds)", overrides=(("rounds", 300),)),
+               "the personal share of its test samples under the final policy; the run of Table 2's campaign, "
+               f"{_FEDCP_ROUNDS} rounds, seed 0 (the paper ran 2,000 rounds)",
+               overrides=(("rounds", _FEDCP_ROUNDS),)),
     FigureSpec(_D, "F2", "pfedfda/f2_beta_vs_corruption", (Need("pfedfda/t1_covariate_shift", "pfedfda", 0, column="100"),),
                "pFedFDA Figure 2 on Fashion-MNIST-S (the paper's CIFAR10-S cannot be had here): each client's beta "
                "at the last evaluated round against its corruption; the run of Table 1's 100% column, seed 0"),
