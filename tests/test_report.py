@@ -68,10 +68,9 @@ def test_a_table_shows_only_its_paper_preset_s_runs_and_refuses_two_configs_for_
     changed = record("fedpac/t1_main", "fedpac", 1, 70.0, local_epochs=1)
     changed["preset_changes"] = {"local_epochs": 1}
     legacy = record("fedpac/t1_main", "fedpac", 2, 93.0)  # no preset_changes
-    cell = cells_of(T1, [(Path("a.json"), preset), (Path("b.json"), changed), (Path("c.json"), legacy)])[
-        ("fmnist 20", "fedpac")]
-    assert cell.seeds() == [0, 2] and cell.mean("acc_mean") == pytest.approx(92.0)
     found = [(Path("a.json"), preset), (Path("b.json"), changed), (Path("c.json"), legacy)]
+    cell = cells_of(T1, found)[("fmnist 20", "fedpac")]
+    assert cell.seeds() == [0, 2] and cell.mean("acc_mean") == pytest.approx(92.0)
     others = other_settings(T1, found)
     assert others == ["FedPAC seed 1 (changed: local_epochs = 1)"]  # said on the table's page, not silently missing
     page = Page("fedpac", "FedPAC", tables=[(T1, cells_of(T1, found), [], None, [], others)])
