@@ -201,15 +201,28 @@ def run_entry(entry: Entry, root: Path, out: Path) -> list[str]:
     from .notebooks import run_notebooks
 
     folder = root / records.RECORDS_FOLDER / entry.notebook
-    before = set(folder.glob("*.json")) if folder.is_dir() else set()
+    before = record_stamps(folder)
     overrides = {**entry.parameters, "quiet": True,
                  "figures_dir": str(out / "figures" / entry.notebook)}  # the committed figures stay as they are
     [result] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{entry.notebook}.ipynb"], root=root,
                              overrides=overrides)
     if result.status != "ok":
         raise RuntimeError(f"{entry.key}: the notebook failed ({result.error}); executed copy in {result.output}")
-    after = set(folder.glob("*.json")) if folder.is_dir() else set()
-    return sorted(str(p.relative_to(root)) for p in after - before)
+    return [str(p.relative_to(root)) for p in written_since(folder, before)]
+
+
+def record_stamps(folder: Path) -> dict[Path, tuple[int, int, int]]:
+    """Each record file in ``folder`` with what changes when it is written again (a record is
+    written whole to a new file that replaces the old: inode, modification time, size)."""
+    if not folder.is_dir():
+        return {}
+    return {p: (st.st_ino, st.st_mtime_ns, st.st_size) for p in folder.glob("*.json") for st in [p.stat()]}
+
+
+def written_since(folder: Path, before: dict[Path, tuple[int, int, int]]) -> list[Path]:
+    """The records in ``folder`` written since ``before`` (:func:`record_stamps`): new ones, and
+    those rewritten because the run's config equals an earlier record's (same file name)."""
+    return sorted(p for p, stamp in record_stamps(folder).items() if before.get(p) != stamp)
 
 
 def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, home: Path | None = None,
@@ -237,8 +250,6 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         log(f"campaign: {entry.key} (estimate {entry.estimate_s:.0f} s; {len(todo) - 1} more after it)", flush=True)
         t0 = time.time()
         written = run_entry(entry, root, out)
-        if not written:  # a record of this config existed already (e.g. written by hand): find it
-            written = _existing(entry, root)
         if home != root:
             for rel in written:
                 (home / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -327,15 +338,6 @@ def current_plan_counts(plan: dict) -> dict:
     remaining = [r for r in plan["runs"] if not r["records"]]
     return {"done": len(plan["runs"]) - len(remaining), "remaining": len(remaining),
             "remaining_estimate_s": sum(r["estimate_s"] for r in remaining)}
-
-
-def _existing(entry: Entry, root: Path) -> list[str]:
-    folder = root / records.RECORDS_FOLDER / entry.notebook
-    found = []
-    for path, record in records.all_records(folder):
-        if record["seed"] == entry.seed and record["config"]["method"] in entry.methods:
-            found.append(str(path.relative_to(root)))
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,6 +188,24 @@ def test_a_campaign_in_a_separate_checkout_writes_records_and_plan_home_and_leav
     assert copied == {"earlier.json": "{}", "r.json": '{"new": 1}', campaign.PLAN: "the checkout's own\n"}
 
 
+def test_an_entry_s_records_are_those_its_run_wrote_new_or_again_and_no_other(tmp_path):
+    """A run whose config equals an earlier record's writes that record again under its name
+    (records.write, whole and atomically): it is the run's record. Another record of the same
+    notebook, method and seed (the other column of pFedFDA's table, say) is not."""
+    from pflcore.atomic import atomic_write_bytes
+
+    folder = tmp_path / "pfedfda" / "t1_covariate_shift"
+    assert campaign.written_since(folder, campaign.record_stamps(folder)) == []  # no record yet
+    for name in ("fedpac-seed0-25percent.json", "fedpac-seed0-100percent.json"):
+        atomic_write_bytes(folder / name, b'{"run": "earlier"}\n')
+    before = campaign.record_stamps(folder)
+    atomic_write_bytes(folder / "fedpac-seed0-100percent.json", b'{"run": "earlier"}\n')  # the same bytes again
+    atomic_write_bytes(folder / "fedpac_ft-seed0-100percent.json", b"{}\n")
+    assert campaign.written_since(folder, before) == [folder / "fedpac-seed0-100percent.json",
+                                                      folder / "fedpac_ft-seed0-100percent.json"]
+    assert campaign.written_since(folder, campaign.record_stamps(folder)) == []
+
+
 def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_refused(tmp_path, monkeypatch, capsys):
     ran = []
     monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
