@@ -72,8 +72,9 @@ def _entries() -> list[Entry]:
     fda = {25: {"fedpac": 232, "pfedfda": 212, "fedavg_ft": 215, "ditto": 391, "local": 200},
            # 100%: pFedFDA seeds 1-2 1,465 s and 1,447 s alone (seed 0's 1,794 s shared the machine),
            # Local seeds 0 and 2 1,303 s and 1,333 s alone (seed 1's 1,564 s shared the two cores with
-           # test runs), FedPAC seed 0 1,575 s alone; FedAvg-FT and Ditto scaled from their earlier estimates
-           100: {"fedpac": 1580, "pfedfda": 1500, "fedavg_ft": 1700, "ditto": 2540, "local": 1310}}
+           # test runs), FedPAC seeds 0-2 1,569-1,576 s and FedAvg-FT seeds 0-2 1,747-1,766 s alone. Ditto has
+           # no record at 100%: its 25% records (721-800 s) times FedPAC's ratio of 100% to 25% (3.7)
+           100: {"fedpac": 1580, "pfedfda": 1500, "fedavg_ft": 1760, "ditto": 2800, "local": 1310}}
     for percent, methods in fda.items():
         for method, estimate in methods.items():
             for seed in (0, 1, 2):
@@ -94,12 +95,14 @@ def _entries() -> list[Entry]:
     # FedAvg-FT and kNN-Per train exactly as FedAvg (Algorithm.trains_as): one entry trains
     # FedAvg and scores both from its final state, three records for one training
     fedpac = {"local": 990, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 890, "lg_fedavg": 890, "fedrep": 970,
-              "fedbabu": 920, "fedrod": 970, "apfl": 1910, "pfedme": 7300, "ditto": 1920,
+              "fedbabu": 920, "fedrod": 970, "apfl": 1910, "pfedme": 4900, "ditto": 1920,
               "fedfomo": 830, "pfedhn": 1210, "fedpac": 1080}  # FedPAC seeds 0-2 took 1,017-1,108 s,
     # Local 929-1,013 s, FedPer 861-896 s, FedRep 928-1,012 s, FedBABU 884-977 s, Fed-RoD 932-986 s (their records);
     # LG-FedAvg 873-893 s (seeds 1-2; seed 0's 1,432 s shared the two cores with a test run); APFL 1,762-2,029 s
     # and Ditto 1,863-1,949 s: each trains two models, the global and the personal; pFedHN 1,188-1,198 s and
-    # FedFomo 796-824 s; pFedMe is a guess from similar methods
+    # FedFomo 796-824 s. pFedMe has no record yet: benchmarks/records/method-overhead-2026-11-23T0224.json
+    # timed its round at 36.5 s, 5.7 times FedAvg's, when Ditto's took 14.5 s; Ditto's records now take
+    # 9.3-9.7 s a round (APFL's and FedAvg's fell alike), so about 24.5 s a round for pFedMe, scaled the same
     for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedpac/t1_main", methods, seed, {"methods": methods.split("+"), "seed": seed}, estimate))
