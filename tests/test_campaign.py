@@ -14,19 +14,40 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_campaign_has_three_seeds_for_each_of_its_36_settings_cheapest_per_record_first():
-    tables = [e for e in campaign.CAMPAIGN if e.notebook in campaign.TABLE_NOTEBOOKS]
+    tables = [e for e in campaign.CAMPAIGN if e.notebook in campaign.TABLE_NOTEBOOKS and not e.investigates]
     settings = Counter((e.notebook, e.label.rsplit(" ", 1)[0] if " " in e.label else "", method)
                        for e in tables for method in e.methods)
     assert len(settings) == 36 and set(settings.values()) == {3}
     assert len({e.key for e in campaign.CAMPAIGN}) == len(campaign.CAMPAIGN)
-    costs = [e.seconds_per_record for e in campaign.CAMPAIGN]
-    assert costs == sorted(costs) and all(s > 0 for s in costs)
+    costs = [(e.investigates, e.seconds_per_record) for e in campaign.CAMPAIGN]  # investigations last
+    assert costs == sorted(costs) and all(s > 0 for _, s in costs)
     for entry in tables:  # each narrows its notebook to one seed and the methods it names
         params = entry.parameters
         assert params["methods"] == entry.label.split()[-1].split("+") and entry.records_written == 0
         # a run of several methods trains the first once and scores the others from its final state
         assert all(ALGORITHMS[m].trains_as == params["methods"][0] for m in params["methods"][1:])
         assert params.get("seed", (params.get("seeds") or [None])[0]) == entry.seed
+
+
+def test_each_investigation_is_a_variant_of_a_noted_row_that_its_notebook_can_run():
+    """An investigation's label is a notebook's methods label: a row of its table with method
+    parameters its method accepts and the table's runs do not use, on a row whose note says what
+    remains; its record is then that variant (the report shows it beside the row)."""
+    from pflcore.algorithms.hyperparams import check_hyperparams
+    from pflcore.papers import split_label
+    from pflcore.report.catalogue import TABLES
+
+    investigations = [e for e in campaign.CAMPAIGN if e.investigates]
+    assert investigations and Counter(e.label for e in investigations) == {e.label: 3 for e in investigations}
+    for entry in investigations:
+        spec = next(t for t in TABLES if t.notebook == entry.notebook)
+        method, params = split_label(entry.label)
+        assert method in spec.rows and entry.parameters["methods"] == [entry.label]
+        check_hyperparams(method, ALGORITHMS[method].hyperparams, params)  # a parameter its method has
+        assert all(spec.row_params(method).get(k, ALGORITHMS[method].defaults[k]) != v for k, v in params.items())
+        assert any(spec.row_note(column, method) for column in spec.columns), entry.label
+        ran = {"config": {"method": method, "method_params": {**spec.row_params(method), **params}}}
+        assert spec.row_of(ran) == entry.label
 
 
 def test_each_figure_that_rests_on_runs_of_its_own_has_entries_that_write_them():
@@ -46,6 +67,8 @@ def test_each_figure_that_rests_on_runs_of_its_own_has_entries_that_write_them()
 
 
 def test_the_plan_file_agrees_with_the_records_folder():
+    from pflcore.report.catalogue import TABLES
+
     plan_file = ROOT / "reproductions" / campaign.PLAN
     plan = json.loads(plan_file.read_text()) if plan_file.exists() else {"runs": []}
     known = {e.key: e for e in campaign.CAMPAIGN}
@@ -57,7 +80,8 @@ def test_the_plan_file_agrees_with_the_records_folder():
             record = records.read(ROOT / rel)  # exists and is a valid record
             # a probed run's record, or (entry.probe_free) the record of the same run without the probe
             assert record["notebook"] in (entry.notebook, entry.probe_free) and record["seed"] == entry.seed
-            assert record["config"]["method"] in entry.methods
+            table = next((t for t in TABLES if t.notebook == record["notebook"]), None)
+            assert (table.row_of(record) if table else record["config"]["method"]) in entry.methods  # variants too
             claimed.add(rel)
     if plan["runs"]:
         done = sum(bool(r["records"]) for r in plan["runs"])

@@ -16,7 +16,7 @@ import pytest
 from browser import chrome, require_browser
 from pflcore import records
 from pflcore.report import (FIGURES_FOLDER, MANIFEST, NOT_FROM_RECORDS, Cell, build, cells_of, commit_figures, first_place,
-                            other_settings, verdict)
+                            other_settings, variant_cells, verdict)
 from pflcore.report.pages import Page, render_paper
 from pflcore.report.catalogue import CATALOGUE, TABLES
 
@@ -26,7 +26,12 @@ T1 = next(t for t in TABLES if t.notebook == "fedpac/t1_main")
 
 
 def record(notebook: str, method: str, seed: int, acc: float, **config) -> dict:
-    """A minimal valid record of a 3-round run whose final mean accuracy is ``acc``."""
+    """A minimal valid record of a 3-round run whose final mean accuracy is ``acc``, with the
+    method parameters of its notebook's table (those of the row a real run would be in) unless
+    ``method_params`` is given."""
+    spec = next((t for t in TABLES if t.notebook == notebook), None)
+    if "method_params" not in config and spec is not None and spec.row_params(method):
+        config["method_params"] = spec.row_params(method)
     history = [{"round": r, "train_loss": 1.0 / r, "acc_mean": acc - 3 + r, "acc_std": 1.0,
                 "acc_weighted": acc - 3 + r} for r in (1, 2, 3)]
     summary = {"acc_mean": acc, "acc_std": 1.0, "acc_weighted": acc, "best_acc_mean": acc, "best_round": 3,
@@ -73,7 +78,7 @@ def test_a_table_shows_only_its_paper_preset_s_runs_and_refuses_two_configs_for_
     assert cell.seeds() == [0, 2] and cell.mean("acc_mean") == pytest.approx(92.0)
     others = other_settings(T1, found)
     assert others == ["FedPAC seed 1 (changed: local_epochs = 1)"]  # said on the table's page, not silently missing
-    page = Page("fedpac", "FedPAC", tables=[(T1, cells_of(T1, found), [], None, [], others)])
+    page = Page("fedpac", "FedPAC", tables=[(T1, cells_of(T1, found), [], None, [], others, {})])
     assert "Not in this table: 1 record(s) of its notebook" in unescape(render_paper(page, verdict))
 
     fedcp_t2 = next(t for t in TABLES if t.notebook == "fedcp/t2_main")  # the table's own change: 300 rounds
@@ -86,6 +91,58 @@ def test_a_table_shows_only_its_paper_preset_s_runs_and_refuses_two_configs_for_
     other = record("fedpac/t1_main", "fedpac", 0, 80.0, lr=0.1)  # an older record of another config, same seed
     with pytest.raises(records.RecordError, match=r"^a.json and d.json are both FedPAC's seed 0 .* different configs"):
         cells_of(T1, [(Path("a.json"), preset), (Path("d.json"), other)])
+
+
+def test_a_run_of_a_row_s_method_with_other_method_parameters_is_a_variant_beside_the_row():
+    """An investigation (FedBABU fine-tuning the whole model, FedDyn as FedFA's code runs it) is
+    a notebook's methods label such as "fedbabu ft_body=true": its records sit on the line below
+    their row, compared with the row's paper number, and never enter the row's mean, its verdict,
+    the claim or the collision check. A record of the table's own parameters, written out or left
+    to the method's defaults, is the row itself."""
+    from pflcore.papers import split_label
+
+    plain = [(Path(f"b{s}.json"), record(T1.notebook, "fedbabu", s, 70.0 + s)) for s in (0, 1)]
+    body = [(Path(f"v{s}.json"), record(T1.notebook, "fedbabu", s, 80.0 + s, method_params={"ft_body": True}))
+            for s in (0, 1, 2)]
+    pfedme = record(T1.notebook, "pfedme", 0, 88.0, method_params={"lam": 10.0, "inner_steps": 5})  # FedPAC's choice
+    spelled = record(T1.notebook, "fedbabu", 2, 72.0, method_params={"ft_body": False, "ft_epochs": 5})  # defaults
+    found = [*plain, *body, (Path("p.json"), pfedme), (Path("s.json"), spelled)]
+    assert T1.row_of(body[0][1]) == "fedbabu ft_body=true" and split_label("fedbabu ft_body=true") == (
+        "fedbabu", {"ft_body": True})
+    assert T1.row_of(pfedme) == "pfedme" and T1.row_of(spelled) == "fedbabu"
+    assert T1.row_of(record(T1.notebook, "pfedme", 0, 1.0, method_params={})) == "pfedme lam=15.0"  # pFedMe's own default
+    cells = cells_of(T1, found)
+    assert cells[("fmnist 20", "fedbabu")].seeds() == [0, 1, 2] and cells[("fmnist 20", "fedbabu")].mean(
+        "acc_mean") == pytest.approx(71.0)
+    assert cells[("fmnist 20", "pfedme")].n == 1
+    variants = variant_cells(T1, found)
+    assert list(variants) == [("fmnist 20", "fedbabu ft_body=true")]
+    variant = variants[("fmnist 20", "fedbabu ft_body=true")]
+    assert variant.mean("acc_mean") == pytest.approx(81.0) and variant.paper == cells[("fmnist 20", "fedbabu")].paper
+    html = unescape(render_paper(Page("fedpac", "FedPAC", tables=[(T1, cells, [], None, [], [], variants)]), verdict))
+    rows = [part.split("</tr>")[0] for part in html.split("<tr class=")[1:]]
+    names = [line.split('<td class="l">')[1].split("<")[0] for line in rows]
+    assert names[names.index("FedBABU") + 1] == "FedBABU ft_body=true"
+    assert "a variant of FedBABU's row, not in the table" in rows[names.index("FedBABU") + 1]
+    assert "fedpac/t1_main/fedbabu ft_body=true seed 2" in html  # among the records behind the table
+    with pytest.raises(records.RecordError, match="FedBABU ft_body=true's seed 0"):  # one check, per variant too
+        variant_cells(T1, [*body, (Path("w.json"), record(T1.notebook, "fedbabu", 0, 1.0, lr=0.5,
+                                                               method_params={"ft_body": True}))])
+    fedfa_t2 = next(t for t in TABLES if t.notebook == "fedfa/t2_label_skew")  # a string value, as FedFA's note says
+    feddyn = record(fedfa_t2.notebook, "feddyn", 2021, 50.0, method_params={"alpha": 0.1, "variant": "fedfa_code"},
+                    partition={"kind": "fedfa_shards"})
+    assert fedfa_t2.row_of(feddyn) == "feddyn variant=fedfa_code"
+    assert split_label(fedfa_t2.row_of(feddyn)) == ("feddyn", {"variant": "fedfa_code"})
+
+
+def test_the_shipped_records_of_every_table_are_its_rows_and_no_variant():
+    """Pinned: a record's row is read from its method parameters, and every shipped record a
+    table shows was made with the table's parameters, so each sits in its method's row."""
+    shipped = records.all_records(ROOT / "reproductions")
+    for spec in TABLES:
+        shown = [r for _, r in shipped if spec.shows(r)]
+        assert shown and all(spec.row_of(r) == r["config"]["method"] for r in shown), spec.id
+        assert not variant_cells(spec, shipped)
 
 
 def test_fedfa_s_claim_names_the_settings_as_the_paper_does_and_waits_for_both():
@@ -141,7 +198,7 @@ def test_a_row_that_differs_points_to_its_investigation_note_or_says_it_has_none
     cells = {(column, m): Cell(column, m, paper=spec.paper_numbers(column).get(m)) for m in spec.rows}
     for method, acc in (("fedavg", 60.0), ("local", 50.0), ("fedpac", spec.paper_numbers(column)["fedpac"])):
         cells[(column, method)].runs = [record(spec.notebook, method, 0, acc)]
-    html = unescape(render_paper(Page(spec.paper, "t", tables=[(spec, cells, [], None, [], [])]), verdict))
+    html = unescape(render_paper(Page(spec.paper, "t", tables=[(spec, cells, [], None, [], [], {})]), verdict))
     assert "-25.28 points; see note 1" in html and "The authors' code ..." in html
     assert "-35.68 points; not investigated yet" in html
     assert html.count("not investigated yet") == 1  # FedPAC is within a point: reproduced
@@ -184,10 +241,10 @@ def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records(
     assert "more than a point" in note and "by less than a point, and in almost every seed by less than half" in note
     largest = {}
     for _, rec in records.all_records(ROOT / "reproductions" / T1.notebook):
-        if T1.accepts(rec):
+        if T1.shows(rec) and T1.row_of(rec) in T1.rows:  # the table's rows, not a variant beside one
             acc = [h["acc_mean"] for h in rec["history"] if h.get("acc_mean") is not None and h["round"] >= 100]
             if len(acc) > 1:
-                largest.setdefault(rec["config"]["method"], []).append(max(np.abs(np.diff(acc))))
+                largest.setdefault(T1.row_of(rec), []).append(max(np.abs(np.diff(acc))))
     fedbabu = largest.pop("fedbabu")
     assert len(fedbabu) == 3 and all(step > 1.0 for step in fedbabu), fedbabu  # "in each of the three seeds"
     others = [step for steps in largest.values() for step in steps]
@@ -260,6 +317,11 @@ def test_a_figure_need_matches_the_record_of_its_method_seed_and_partition():
     assert not need.matches(record(s=0.6)) and not need.matches(record(seed=1))
     assert not need.matches(record(method="fedavg"))
     assert not need.matches({**record(), "notebook": "fedpac/t1_main"})
+    of_table = Need("fedpac/t1_main", "fedpac", 0, column="fmnist 20")  # the row's run, never a variant of it
+    run = {"notebook": "fedpac/t1_main", "seed": 0, "preset_changes": {},
+           "config": {"method": "fedpac", "dataset": "fmnist", "num_clients": 20, "rounds": 200}}
+    assert of_table.matches(run)
+    assert not of_table.matches({**run, "config": {**run["config"], "method_params": {"lam": 5.0}}})
     assert not Need("fedpac/c1_weight_heatmaps", "fedpac", 0, where=(("method_params.lam", 1),)).matches(record())
 
 

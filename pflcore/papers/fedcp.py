@@ -48,6 +48,12 @@ FEDCP_BASELINE_PARAMS: dict[str, dict[str, Any]] = {"fedphp": {"mmd_kernel": "fi
 FEDCP_PATHOLOGICAL_CLASSES = {"mnist": 2, "cifar10": 2, "cifar100": 10}
 
 
+def fedcp_method_params(method: str, model: str = "fedcp_cnn") -> dict[str, Any]:
+    """The method parameters of a run in FedCP's setting: the backbone's lambda for FedCP
+    (section 4.1), PFLlib's choices for the baselines."""
+    return {"lam": FEDCP_LAMBDA.get(model, 5.0)} if method == "fedcp" else dict(FEDCP_BASELINE_PARAMS.get(method, {}))
+
+
 def fedcp_config(method: str, *, dataset: str = "mnist", setting: str = "practical", data_root: str | None = None,
                  model: str | None = None, subsample: float = 1.0, **changes: Any) -> ExperimentConfig:
     """A run in FedCP's setting (section 4). MNIST is the authors' own data in PFLlib's folder
@@ -75,8 +81,7 @@ def fedcp_config(method: str, *, dataset: str = "mnist", setting: str = "practic
         num_clients=20, rounds=2000, local_epochs=1, batch_size=10, lr=FEDCP_LR.get(model, 0.005), momentum=0.0,
         weight_decay=0.0, participation=1.0, eval_every=1, partition=partition,
     )
-    # the backbone's lambda for FedCP, PFLlib's choices for the baselines, unless method_params set them
-    defaults = {"lam": FEDCP_LAMBDA.get(model, 5.0)} if method == "fedcp" else FEDCP_BASELINE_PARAMS.get(method, {})
+    defaults = fedcp_method_params(method, model)  # unless method_params set them
     if defaults:
         values["method_params"] = {**defaults, **changes.pop("method_params", {})}
     values.update(changes)

@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -62,26 +62,54 @@ class Cell:
 
 
 def cells_of(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[tuple[str, str], Cell]:
-    """The table's cells from the records of its notebook, keyed (column, method)."""
+    """The table's cells from the records of its notebook, keyed (column, method); the runs of
+    a row's variant (:meth:`TableSpec.row_of`) are :func:`variant_cells`'."""
     cells: dict[tuple[str, str], Cell] = {}
     for column in spec.columns:
         paper, paper_std = spec.paper_numbers(column), spec.paper_stds(column)
         for method in spec.rows:
             cells[(column, method)] = Cell(column, method, paper=paper.get(method), paper_std=paper_std.get(method))
+    _gather(spec, found, lambda column, row: cells.get((column, row)))
+    return cells
+
+
+def variant_cells(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[tuple[str, str], Cell]:
+    """The table's variants from the records of its notebook, keyed (column, variant label):
+    runs of a row's method with other method parameters than the table's (an investigation
+    of a row that differs from the paper), each with the paper's number of its method's row,
+    and never part of the table's verdicts or claim."""
+    variants: dict[tuple[str, str], Cell] = {}
+
+    def cell(column: str, row: str) -> Cell | None:
+        method = row.split()[0]
+        if row in spec.rows or method not in spec.rows or column not in spec.columns:
+            return None
+        if (column, row) not in variants:
+            variants[(column, row)] = Cell(column, row, paper=spec.paper_numbers(column).get(method),
+                                           paper_std=spec.paper_stds(column).get(method))
+        return variants[(column, row)]
+
+    _gather(spec, found, cell)
+    return variants
+
+
+def _gather(spec: TableSpec, found: Iterable[tuple[Path, dict]], cell_of: Callable[[str, str], Cell | None]) -> None:
+    """Add each record the table shows to the cell ``cell_of(column, row)`` gives (None: not
+    this kind of cell), refusing two configs for one row and seed."""
     where: dict[tuple[str, str, int], Path] = {}
     for path, record in found:
         if not spec.shows(record):
             continue
-        column, method = spec.column_of(record), spec.row_of(record)
-        if (column, method) not in cells:
+        column, row = spec.column_of(record), spec.row_of(record)
+        cell = cell_of(column, row)
+        if cell is None:
             continue
-        twin = where.setdefault((column, method, record["seed"]), path)
+        twin = where.setdefault((column, row, record["seed"]), path)
         if twin != path:  # two configs for one row and seed: averaging both would mix two settings
-            raise records.RecordError(f"{twin} and {path} are both {display_name(method)}'s seed {record['seed']} "
+            raise records.RecordError(f"{twin} and {path} are both {display_name(row)}'s seed {record['seed']} "
                                       f"in {spec.paper} {spec.id}'s column {column!r} with different configs; "
                                       "remove the one that is not the table's setting.")
-        cells[(column, method)].runs.append(record)
-    return cells
+        cell.runs.append(record)
 
 
 def other_settings(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> list[str]:
@@ -91,7 +119,7 @@ def other_settings(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> list[
     out = []
     for _, record in found:
         if (record["notebook"] != spec.notebook or not spec.changes_otherwise(record)
-                or spec.column_of(record) not in spec.columns or spec.row_of(record) not in spec.rows):
+                or spec.column_of(record) not in spec.columns or record["config"]["method"] not in spec.rows):
             continue
         out.append(f"{display_name(spec.row_of(record))} seed {record['seed']} "
                    f"(changed: {records.preset_changes_in_words(record)})")
@@ -233,7 +261,8 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
                           "records": sorted(record_ref(r) for rs in runs.values() for r in rs)})
         claim = spec.claim(cells) if spec.claim else None
         notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn, reuse, failed) if execute else []
-        pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html, other_settings(spec, found)))
+        pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html, other_settings(spec, found),
+                                         variant_cells(spec, found)))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
         if figures and spec.curves_item:
             table_status[(spec.paper, spec.curves_item)] = (

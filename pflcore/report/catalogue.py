@@ -3,15 +3,17 @@ and the tables reproduced from records, each with its paper numbers, its evaluat
 protocol in words, the notebook that runs it and the paper's claim to check."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
+import yaml
 
 from ..papers import display_name
-from ..papers.fedcp import FEDCP_TABLE2
-from ..papers.fedfa import FEDFA_SETTING_NAMES, FEDFA_TABLE2, FEDFA_TABLE2_STD
-from ..papers.fedpac import FEDPAC_TABLE1
-from ..papers.pfedfda import PFEDFDA_TABLE1, PFEDFDA_TABLE1_STD
+from ..papers.fedcp import FEDCP_TABLE2, fedcp_method_params
+from ..papers.fedfa import FEDFA_SETTING_NAMES, FEDFA_TABLE2, FEDFA_TABLE2_STD, fedfa_method_params
+from ..papers.fedpac import FEDPAC_METHOD_PARAMS, FEDPAC_TABLE1
+from ..papers.pfedfda import PFEDFDA_METHOD_PARAMS, PFEDFDA_TABLE1, PFEDFDA_TABLE1_STD
 
 PAPERS = {
     "fedpac": "FedPAC: Personalized Federated Learning with Feature Alignment and Classifier Collaboration "
@@ -186,6 +188,9 @@ class TableSpec:
     #: (what the authors' code does, what was tried, what remains); shown under its table
     row_notes: tuple[tuple[str, str, str], ...] = ()
     curves_item: str | None = None  # the catalogue item its records' accuracy curves are (FedPAC C.2)
+    #: each row's method parameters in the table's runs (the paper's choices); a run of a row's
+    #: method with others is a variant of that row (:meth:`row_of`)
+    row_params: Callable[[str], dict] = lambda method: {}
 
     def row_note(self, column: str, method: str) -> str | None:
         return next((note for c, m, note in self.row_notes if (c, m) == (column, method)), None)
@@ -197,7 +202,21 @@ class TableSpec:
         return self.paper_std_table(column) or {}
 
     def row_of(self, record: dict) -> str:
-        return record["config"]["method"]
+        """The record's row: its method, or for a run of the method with other method parameters
+        than the table's (an investigation of a row that differs from the paper, say FedBABU
+        fine-tuning the whole model) a variant label naming them, ``"fedbabu ft_body=true"``, as
+        a notebook's ``methods`` take it (:func:`pflcore.papers.split_label`). The report shows a
+        variant beside its row, never averaged into it."""
+        from ..algorithms import ALGORITHMS
+
+        config = record["config"]
+        method = config["method"]
+        defaults = ALGORITHMS[method].defaults if method in ALGORITHMS else {}
+        ran = {**defaults, **(config.get("method_params") or {})}
+        table = {**defaults, **self.row_params(method)}
+        changed = [f"{key}={_label_value(ran.get(key))}" for key in sorted(set(ran) | set(table))
+                   if ran.get(key) != table.get(key)]
+        return " ".join([method, *changed])
 
     def changes_otherwise(self, record: dict) -> bool:
         """Whether ``record``'s run changed the paper preset otherwise than this table's runs do
@@ -209,6 +228,14 @@ class TableSpec:
         """Whether ``record`` is a run of this table's setting: its notebook's, accepted, made
         with exactly the table's changes to the paper preset."""
         return record["notebook"] == self.notebook and self.accepts(record) and not self.changes_otherwise(record)
+
+
+def _label_value(value: Any) -> str:
+    """A method parameter's value as a row label writes it (``true``, ``0.5``, ``fedfa_code``),
+    one word that :func:`pflcore.papers.split_label` reads back as the value."""
+    if isinstance(value, str) and " " not in value and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value, separators=(",", ":"))
 
 
 #: FedCP's runs here: 300 of the paper's 2,000 rounds (its Table 2 and the figures from those runs)
@@ -249,7 +276,7 @@ TABLES: list[TableSpec] = [
         "number is the unweighted mean over the 20 clients, as the paper reports.",
         accepts=lambda r: r["config"]["rounds"] == 200,
         claim=_first_place("fmnist 20", "fedpac", "acc_mean"), claim_words="FedPAC is first in the column.",
-        curves_item="C2",
+        curves_item="C2", row_params=lambda method: FEDPAC_METHOD_PARAMS.get(method, {}),
         row_notes=(("fmnist 20", "apfl", "FedPAC's code implements Local, FedAvg, FedPer, LG-FedAvg and FedPAC only, "
                     "so how the paper ran APFL cannot be read. This row is APFL as its own paper defines it (Deng et al., "
                     "2020): at every local step the global model w descends on its own loss and v on the loss of the "
@@ -262,8 +289,9 @@ TABLES: list[TableSpec] = [
                     "authors' code mixes the client's locally trained w); every other mixing weight at prediction "
                     "time lost accuracy, v alone is far below either model, and the locally trained w alone "
                     "(FedAvg-FT's predictor) scores above every mixture. Not tried yet: the paper's adaptive alpha "
-                    "(adaptive_alpha, which changes training) and v trained on its own loss, as some libraries "
-                    "run the name."),
+                    "(`apfl adaptive_alpha=true`, which changes training; in the campaign's plan after the tables' "
+                    "rows, its records show on the line below this row) and v trained on its own loss, as some "
+                    "libraries run the name."),
                    ("fmnist 20", "fedbabu", "FedPAC gives no fine-tuning setting for FedBABU, so this row fine-tunes each "
                     "client's head for five epochs on its training split before it is scored, pFedFDA's setting "
                     "(its appendix C.2), from the head's random initialisation, as FedBABU's paper defines it (the head "
@@ -276,7 +304,8 @@ TABLES: list[TableSpec] = [
                     "fine-tuned for longer (ft_epochs) changed nothing, and with the whole model fine-tuned for the "
                     "same five epochs (ft_body; pFedFDA's appendix C.3 reports the better of the two for new "
                     "clients) it gained most of a point. Not tried yet: all three seeds with ft_body, which trains "
-                    "exactly as this row and so could be scored from its runs' final states."),
+                    "exactly as this row (`fedbabu ft_body=true` in the notebook's methods; the campaign's plan "
+                    "runs them after the tables' rows, and their records show on the line below this row)."),
                    ("fmnist 20", "pfedhn", "FedPAC's code implements Local, FedAvg, FedPer, LG-FedAvg and FedPAC only, "
                     "so how the paper ran pFedHN cannot be read. This row is pFedHN as its own paper defines it "
                     "(Shamsian et al., 2021): a hypernetwork on the server maps each client's learned embedding to "
@@ -303,7 +332,7 @@ TABLES: list[TableSpec] = [
         accepts=lambda r: r["config"]["rounds"] == _FEDCP_ROUNDS, preset_changes={"rounds": _FEDCP_ROUNDS},
         claim=_first_place("practical mnist", "fedcp", "best_acc_weighted"),
         claim_words="FedCP is ahead of every baseline on MNIST.", curve_key="acc_weighted",
-        curve_label="pooled accuracy (%)"),
+        curve_label="pooled accuracy (%)", row_params=fedcp_method_params),
     TableSpec(
         _A, "T2", "FedFA Table 2, Fashion-MNIST label skew", "fedfa/t2_label_skew", "global_test_acc",
         "final global model on the whole test set", ("c2", "dir0.1", "dir0.5"),
@@ -318,6 +347,7 @@ TABLES: list[TableSpec] = [
         accepts=lambda r: r["config"]["rounds"] == 200,
         claim=_lead("fedfa", "fedavg", ("c2", "dir0.1"), "global_test_acc", 10.0, FEDFA_SETTING_NAMES),
         claim_words="FedFA is ahead of FedAvg by about 10 points under #C = 2 and Dir(0.1).",
+        row_params=fedfa_method_params,
         row_notes=(("c2", "fedprox", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
                    ("c2", "moon", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
                    ("c2", "feddyn", "FedFA's code runs, under the name FedDyn, a fixed pull towards the client's "
@@ -343,7 +373,7 @@ TABLES: list[TableSpec] = [
         "for CIFAR10-S, which cannot be had here: they are shown as a reference, not as a target.",
         accepts=lambda r: r["config"]["rounds"] == 200,
         claim=_scarcity_gain, claim_words="pFedFDA gains most under scarcity and covariate shift.",
-        comparable=False),
+        comparable=False, row_params=lambda method: PFEDFDA_METHOD_PARAMS.get(method, {})),
 ]
 
 
@@ -373,7 +403,8 @@ class Need:
         if self.column is None:
             return True
         table = next((t for t in TABLES if t.notebook == self.notebook), None)
-        return table is not None and table.shows(record) and table.column_of(record) == self.column
+        return (table is not None and table.shows(record) and table.column_of(record) == self.column
+                and table.row_of(record) == self.method)  # the row's run, not a variant of it
 
 
 @dataclass(frozen=True)

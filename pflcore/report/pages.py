@@ -22,6 +22,7 @@ th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
 th { background: #f2f2f2; } td.l, th.l { text-align: left; }
 .reproduced { background: #e3f4e1; } .differs { background: #fdebd0; } .cannot { background: #eee; color: #555; }
 .not-run { background: #fff; color: #777; } .reference { background: #eef3fb; }
+.variant { background: #f7f7f7; font-style: italic; } .variant td:first-child { padding-left: 1.6em; }
 .holds { color: #1a7f37; font-weight: 600; } .does-not-hold { color: #b35900; font-weight: 600; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 nav a { margin-right: 1em; } p.protocol { background: #f7f7f7; padding: 0.6em; border-left: 3px solid #999; }
@@ -127,9 +128,28 @@ def _num(value: float, std: float | None = None) -> str:
     return text
 
 
+def _row(spec, cell, status: str, why: str, name: str, css: str | None = None) -> dict:
+    """One line of a table on a paper's page: the cell's numbers beside the paper's."""
+    diff = (cell.mean(spec.metric) - cell.paper if cell.n and cell.paper is not None and spec.comparable
+            else float("nan"))  # no difference to another dataset's number
+    spr = [r["provenance"].get("seconds_per_round") for r in cell.runs]
+    spr = [s for s in spr if isinstance(s, (int, float))]
+    return {
+        "name": name, "n": cell.n, "seeds": ", ".join(map(str, cell.seeds())),
+        "ours": _num(cell.mean(spec.metric), cell.std(spec.metric)) if cell.n else "",
+        "paper": _num(cell.paper, cell.paper_std) if cell.paper is not None else "",
+        "diff": f"{diff:+.2f}" if not math.isnan(diff) else "",
+        "final": _num(cell.mean("acc_mean"), cell.std("acc_mean")) if cell.n else "",
+        "best": _num(cell.mean("best_acc_mean")) if cell.n else "",
+        "spr": f"{sum(spr) / len(spr):.1f}" if spr else "",
+        "status": status + (f" ({why})" if why else ""),
+        "css": css or {"reproduced": "reproduced", "differs": "differs", "reference only": "reference"}.get(
+            status, "not-run")}
+
+
 def render_paper(page: Page, verdict: Callable) -> str:
     tables = []
-    for spec, cells, figures, claim, notebooks, others in page.tables:
+    for spec, cells, figures, claim, notebooks, others, variants in page.tables:
         columns, used, notes = [], [], []
         for column in spec.columns:
             rows = []
@@ -144,21 +164,15 @@ def render_paper(page: Page, verdict: Callable) -> str:
                     if note:
                         notes.append((f"{display_name(method)}, {spec.column_title(column)}", note))
                     why += f"; see note {len(notes)}" if note else "; not investigated yet"
-                diff = (cell.mean(spec.metric) - cell.paper if cell.n and cell.paper is not None and spec.comparable
-                        else float("nan"))  # no difference to another dataset's number
-                spr = [r["provenance"].get("seconds_per_round") for r in cell.runs]
-                spr = [s for s in spr if isinstance(s, (int, float))]
-                rows.append({
-                    "name": display_name(method), "n": cell.n, "seeds": ", ".join(map(str, cell.seeds())),
-                    "ours": _num(cell.mean(spec.metric), cell.std(spec.metric)) if cell.n else "",
-                    "paper": _num(cell.paper, cell.paper_std) if cell.paper is not None else "",
-                    "diff": f"{diff:+.2f}" if not math.isnan(diff) else "",
-                    "final": _num(cell.mean("acc_mean"), cell.std("acc_mean")) if cell.n else "",
-                    "best": _num(cell.mean("best_acc_mean")) if cell.n else "",
-                    "spr": f"{sum(spr) / len(spr):.1f}" if spr else "",
-                    "status": status + (f" ({why})" if why else ""),
-                    "css": {"reproduced": "reproduced", "differs": "differs", "reference only": "reference"}.get(
-                        status, "not-run")})
+                rows.append(_row(spec, cell, status, why, display_name(method)))
+                for label in sorted(row for c, row in variants if c == column and row.split()[0] == method):
+                    variant = variants[(column, label)]  # beside its row, outside the table's verdicts
+                    used += [f"{r['notebook']}/{label} seed {r['seed']}" for r in variant.runs]
+                    status, why = verdict(variant, spec.metric)
+                    if not spec.comparable:
+                        status, why = "reference only", ""
+                    rows.append(_row(spec, variant, f"a variant of {display_name(method)}'s row, not in the table: "
+                                     + status, why, display_name(label), css="variant"))
             columns.append({"title": spec.column_title(column), "rows": rows})
         tables.append({
             "anchor": spec.id, "title": spec.title, "protocol": spec.protocol + (f" {spec.note}" if spec.note else ""),
