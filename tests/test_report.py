@@ -133,6 +133,9 @@ def test_a_run_of_a_row_s_method_with_other_method_parameters_is_a_variant_besid
                     partition={"kind": "fedfa_shards"})
     assert fedfa_t2.row_of(feddyn) == "feddyn variant=fedfa_code"
     assert split_label(fedfa_t2.row_of(feddyn)) == ("feddyn", {"variant": "fedfa_code"})
+    for value in (True, 0.5, 10, "fedfa_code", "true", "[x", [1, 2], {"a": 1}):  # every value reads back as itself
+        ran = record(T1.notebook, "fedbabu", 0, 1.0, method_params={"ft_epochs": value})
+        assert split_label(T1.row_of(ran)) == ("fedbabu", {"ft_epochs": value}), value
 
 
 def test_the_shipped_records_of_every_table_are_its_rows_and_no_variant():

@@ -50,7 +50,8 @@ FEDCP_PATHOLOGICAL_CLASSES = {"mnist": 2, "cifar10": 2, "cifar100": 10}
 
 def fedcp_method_params(method: str, model: str = "fedcp_cnn") -> dict[str, Any]:
     """The method parameters of a run in FedCP's setting: the backbone's lambda for FedCP
-    (section 4.1), PFLlib's choices for the baselines."""
+    (appendix D: 5 for the 4-layer CNN, 1 for ResNet-18 and fastText), PFLlib's choices for
+    the baselines."""
     return {"lam": FEDCP_LAMBDA.get(model, 5.0)} if method == "fedcp" else dict(FEDCP_BASELINE_PARAMS.get(method, {}))
 
 

@@ -233,8 +233,12 @@ class TableSpec:
 def _label_value(value: Any) -> str:
     """A method parameter's value as a row label writes it (``true``, ``0.5``, ``fedfa_code``),
     one word that :func:`pflcore.papers.split_label` reads back as the value."""
-    if isinstance(value, str) and " " not in value and yaml.safe_load(value) == value:
-        return value
+    if isinstance(value, str) and " " not in value:
+        try:
+            if yaml.safe_load(value) == value:
+                return value
+        except yaml.YAMLError:  # "[x": not a word YAML reads back
+            pass
     return json.dumps(value, separators=(",", ":"))
 
 
