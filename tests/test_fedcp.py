@@ -218,6 +218,10 @@ def test_paper_settings():
     assert fedcp_config("fedphp", data_root=str(FEDCP_MNIST), method_params={"mmd_kernel": "adaptive"}).method_params == {"mmd_kernel": "adaptive"}
     assert fedcp_config("fedrep", data_root=str(FEDCP_MNIST)).method_params == {"head_epochs": 1}
     assert fedcp_config("fedavg", data_root=str(FEDCP_MNIST)).method_params == {}
+    # a row label, as Table 2's notebook takes it for a variant beside a row
+    variant = fedcp_config("fedcp lam=1", data_root=str(FEDCP_MNIST), method_params={"tau": 2.0})
+    assert (variant.method, variant.method_params) == ("fedcp", {"lam": 1, "tau": 2.0})
+    assert fedcp_config("fedrep head_epochs=2", data_root=str(FEDCP_MNIST)).method_params == {"head_epochs": 2}
     with pytest.raises(ValueError):
         fedcp_config("fedcp", setting="iid")
 

@@ -29,7 +29,7 @@ from ..config import ExperimentConfig
 from ..engine import RunResult, run
 from ..engine.revisit import final_simulation
 from ..training import EVAL_KEY
-from . import display_name
+from . import display_name, split_label
 
 #: Local learning rate per backbone (section 4).
 FEDCP_LR = {"fedcp_cnn": 0.005, "resnet18": 0.1, "fasttext": 0.1}
@@ -63,7 +63,10 @@ def fedcp_config(method: str, *, dataset: str = "mnist", setting: str = "practic
     per client). Other datasets (``cifar10``, ``cifar100``, ``tinyimagenet``) are partitioned
     with PFLlib's Dirichlet(0.1) or pathological scheme. ``subsample`` < 1 keeps that
     fraction of every client's samples (smoke runs). ``model`` defaults to the paper's
-    4-layer CNN, or fastText for ``agnews``. ``changes`` override any field."""
+    4-layer CNN, or fastText for ``agnews``. ``method`` may be a table row's label such as
+    ``"fedcp lam=1"`` (:func:`pflcore.papers.split_label`): its settings are added to the
+    method's. ``changes`` override any field."""
+    method, label_params = split_label(method)
     if model is None:
         model = "fasttext" if dataset == "agnews" else "fedcp_cnn"
     if setting not in ("practical", "pathological"):
@@ -83,8 +86,8 @@ def fedcp_config(method: str, *, dataset: str = "mnist", setting: str = "practic
         weight_decay=0.0, participation=1.0, eval_every=1, partition=partition,
     )
     defaults = fedcp_method_params(method, model)  # unless method_params set them
-    if defaults:
-        values["method_params"] = {**defaults, **changes.pop("method_params", {})}
+    if defaults or label_params:
+        values["method_params"] = {**defaults, **changes.pop("method_params", {}), **label_params}
     values.update(changes)
     return ExperimentConfig.from_dict(values)
 
