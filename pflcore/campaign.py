@@ -75,8 +75,8 @@ def _entries() -> list[Entry]:
     fda = {25: {"fedpac": 232, "pfedfda": 212, "fedavg_ft": 215, "ditto": 391, "local": 200},
            # 100%: pFedFDA seeds 1-2 1,465 s and 1,447 s alone (seed 0's 1,794 s shared the machine),
            # Local seeds 0 and 2 1,303 s and 1,333 s alone (seed 1's 1,564 s shared the two cores with
-           # test runs), FedPAC seeds 0-2 1,569-1,576 s and FedAvg-FT seeds 0-2 1,747-1,766 s alone. Ditto has
-           # no record at 100%: its 25% records (721-800 s) times FedPAC's ratio of 100% to 25% (3.7)
+           # test runs), FedPAC seeds 0-2 1,569-1,576 s, FedAvg-FT seeds 0-2 1,747-1,766 s and Ditto seeds 0-1
+           # 2,839 s and 2,765 s (seed 0 shared the two cores with short test runs for a few minutes)
            100: {"fedpac": 1580, "pfedfda": 1500, "fedavg_ft": 1760, "ditto": 2800, "local": 1310}}
     for percent, methods in fda.items():
         for method, estimate in methods.items():
