@@ -99,8 +99,9 @@ def test_a_run_of_a_row_s_method_with_other_method_parameters_is_a_variant_besid
     their row, compared with the row's paper number, and never enter the row's mean, its verdict,
     the claim or the collision check. A record of the table's own parameters, written out or left
     to the method's defaults, is the row itself."""
-    from pflcore.papers import split_label
+    from pflcore.papers import join_label, split_label
 
+    assert join_label("fedbabu", {"ft_body": True}) == "fedbabu ft_body=true" and join_label("fedbabu", {}) == "fedbabu"
     plain = [(Path(f"b{s}.json"), record(T1.notebook, "fedbabu", s, 70.0 + s)) for s in (0, 1)]
     body = [(Path(f"v{s}.json"), record(T1.notebook, "fedbabu", s, 80.0 + s, method_params={"ft_body": True}))
             for s in (0, 1, 2)]

@@ -12,6 +12,7 @@ Now: :mod:`pflcore.papers.fedpac` (FedPAC, Xu, Tong, Huang, ICLR 2023),
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -32,6 +33,22 @@ def split_label(label: str) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"row label {label!r} is not 'method name=value ...'.")
         params[key] = yaml.safe_load(value)
     return method, params
+
+
+def join_label(method: str, params: dict[str, Any]) -> str:
+    """The row label of ``method`` run with ``params``, :func:`split_label`'s inverse:
+    ``("fedbabu", {"ft_body": True})`` gives ``"fedbabu ft_body=true"``. Each value is one word
+    that reads back as itself (a string YAML would read otherwise is quoted)."""
+    def word(value: Any) -> str:
+        if isinstance(value, str) and " " not in value:
+            try:
+                if yaml.safe_load(value) == value:
+                    return value
+            except yaml.YAMLError:  # "[x": not a word YAML reads back
+                pass
+        return json.dumps(value, separators=(",", ":"))
+
+    return " ".join([method, *(f"{key}={word(value)}" for key, value in params.items())])
 
 
 #: How tables and figures name each method (the papers' spelling), keyed by pflcore's id.
@@ -73,4 +90,4 @@ def missing_members(dataset: str, data_root: str | None = None, download: bool =
     return missing
 
 
-__all__ = ["DATASET_NAMES", "DISPLAY_NAMES", "display_name", "missing_members", "split_label"]
+__all__ = ["DATASET_NAMES", "DISPLAY_NAMES", "display_name", "join_label", "missing_members", "split_label"]

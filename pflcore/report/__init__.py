@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from .. import records
-from ..papers import display_name
+from ..papers import display_name, split_label
 from ..project import project_root
 from .catalogue import CATALOGUE, FIGURES, PAPERS, TABLES, FigureSpec, TableSpec
 
@@ -81,7 +81,7 @@ def variant_cells(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[t
     variants: dict[tuple[str, str], Cell] = {}
 
     def cell(column: str, row: str) -> Cell | None:
-        method = row.split()[0]
+        method = split_label(row)[0]
         if row in spec.rows or method not in spec.rows or column not in spec.columns:
             return None
         if (column, row) not in variants:

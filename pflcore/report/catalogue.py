@@ -3,13 +3,10 @@ and the tables reproduced from records, each with its paper numbers, its evaluat
 protocol in words, the notebook that runs it and the paper's claim to check."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-import yaml
-
-from ..papers import display_name
+from ..papers import display_name, join_label
 from ..papers.fedcp import FEDCP_TABLE2, fedcp_method_params
 from ..papers.fedfa import FEDFA_SETTING_NAMES, FEDFA_TABLE2, FEDFA_TABLE2_STD, fedfa_method_params
 from ..papers.fedpac import FEDPAC_METHOD_PARAMS, FEDPAC_TABLE1
@@ -214,9 +211,8 @@ class TableSpec:
         defaults = ALGORITHMS[method].defaults if method in ALGORITHMS else {}
         ran = {**defaults, **(config.get("method_params") or {})}
         table = {**defaults, **self.row_params(method)}
-        changed = [f"{key}={_label_value(ran.get(key))}" for key in sorted(set(ran) | set(table))
-                   if ran.get(key) != table.get(key)]
-        return " ".join([method, *changed])
+        return join_label(method, {key: ran.get(key) for key in sorted(set(ran) | set(table))
+                                   if ran.get(key) != table.get(key)})
 
     def changes_otherwise(self, record: dict) -> bool:
         """Whether ``record``'s run changed the paper preset otherwise than this table's runs do
@@ -228,18 +224,6 @@ class TableSpec:
         """Whether ``record`` is a run of this table's setting: its notebook's, accepted, made
         with exactly the table's changes to the paper preset."""
         return record["notebook"] == self.notebook and self.accepts(record) and not self.changes_otherwise(record)
-
-
-def _label_value(value: Any) -> str:
-    """A method parameter's value as a row label writes it (``true``, ``0.5``, ``fedfa_code``),
-    one word that :func:`pflcore.papers.split_label` reads back as the value."""
-    if isinstance(value, str) and " " not in value:
-        try:
-            if yaml.safe_load(value) == value:
-                return value
-        except yaml.YAMLError:  # "[x": not a word YAML reads back
-            pass
-    return json.dumps(value, separators=(",", ":"))
 
 
 #: FedCP's runs here: 300 of the paper's 2,000 rounds (its Table 2 and the figures from those runs)

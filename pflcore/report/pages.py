@@ -13,7 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from .. import __version__, records
-from ..papers import display_name
+from ..papers import display_name, split_label
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -165,7 +165,7 @@ def render_paper(page: Page, verdict: Callable) -> str:
                         notes.append((f"{display_name(method)}, {spec.column_title(column)}", note))
                     why += f"; see note {len(notes)}" if note else "; not investigated yet"
                 rows.append(_row(spec, cell, status, why, display_name(method)))
-                for label in sorted(row for c, row in variants if c == column and row.split()[0] == method):
+                for label in sorted(row for c, row in variants if c == column and split_label(row)[0] == method):
                     variant = variants[(column, label)]  # beside its row, outside the table's verdicts
                     used += [f"{r['notebook']}/{label} seed {r['seed']}" for r in variant.runs]
                     status, why = verdict(variant, spec.metric)
