@@ -112,7 +112,9 @@ def _entries() -> list[Entry]:
     # FedCP Table 2, MNIST practical (the authors' Dir(0.1) partition), 300 of the paper's 2,000 rounds.
     # FedCP's run took 26.7 s a round here with an evaluation every round (rounds 14-17, alone on the
     # machine), so about 8,000 s; the others are their earlier estimates scaled by the same ratio (1.54).
-    # FedAvg's seed 0 took 4,107 s alone (13.7 s a round), 11% over its scaled estimate
+    # FedAvg's seed 0 took 4,107 s alone (13.7 s a round), 11% over its scaled estimate. The estimates are for
+    # the AMD EPYC machine most records ran on: FedAvg's seed 1 took 6,694 s (22.3 s a round, 1.63 times as long)
+    # on an Intel Xeon one (each record's provenance names its cpu_model), where FedCP's 8,000 s would be ~13,000
     fedcp = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4900, "ditto": 7400, "fedcp": 8000}
     for method, estimate in fedcp.items():
         for seed in (0, 1, 2):
