@@ -84,15 +84,25 @@ def git_state(start: Path | None = None) -> dict:
     return {"git_commit": commit, "git_dirty": dirty}
 
 
-def cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """One field of /proc/cpuinfo (the first CPU's), or None where there is none."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor (e.g. AuthenticAMD, GenuineIntel): float kernels, and so a run's last bits, differ by it."""
+    return _cpuinfo("vendor_id") or "unknown"
 
 
 def environment(device: str = "cpu", workers: Any = 0) -> dict:

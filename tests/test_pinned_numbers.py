@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FEDCP_MNIST  # noqa: E402
 from pflcore.algorithms import ALGORITHMS  # noqa: E402
 from pflcore.config import ExperimentConfig  # noqa: E402
+from pflcore.records import cpu_vendor  # noqa: E402
 
 #: Runs that exercise an engine feature on top of the plain tiny run: FedFA's feature probe
 #: (Fig. 4) and pFedFDA's new-client evaluation (Table 4).
@@ -199,17 +200,6 @@ def _pins() -> dict:
     return json.loads(PINS.read_text())
 
 
-def cpu_vendor() -> str:
-    """The CPU vendor (``vendor_id`` in /proc/cpuinfo, e.g. AuthenticAMD), which keys the method pins."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def _method_pins() -> dict[str, str]:
     pins = _pins()["methods"].get(cpu_vendor())
     if pins is None:
@@ -221,6 +211,12 @@ def _method_pins() -> dict[str, str]:
 def test_every_registered_method_and_feature_run_is_pinned():
     for vendor, pins in _pins()["methods"].items():
         assert sorted(pins) == sorted(method_runs()), vendor
+
+
+def test_a_cpu_vendor_without_pins_skips_and_says_how_to_add_them(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "cpu_vendor", lambda: "NoSuchVendor")
+    with pytest.raises(pytest.skip.Exception, match=r"NoSuchVendor.*--write"):
+        _method_pins()
 
 
 @pytest.mark.parametrize("label", sorted(method_runs()))
