@@ -276,9 +276,10 @@ TABLES: list[TableSpec] = [
                     "about half a point, and about a point when w was first trained on the client's own data (the "
                     "authors' code mixes the client's locally trained w); every other mixing weight at prediction "
                     "time lost accuracy, v alone is far below either model, and the locally trained w alone "
-                    "(FedAvg-FT's predictor) scores above every mixture. Not tried yet: the paper's adaptive alpha "
-                    "(`apfl adaptive_alpha=true`, which changes training; in the campaign's plan after the tables' "
-                    "rows, its records show on the line below this row) and v trained on its own loss, as some "
+                    "(FedAvg-FT's predictor) scores above every mixture. Being tried: the paper's adaptive alpha "
+                    "(`apfl adaptive_alpha=true`, which changes training; its seeds show on the line below this row "
+                    "as the campaign records them, and its plan holds the rest): in every seed recorded so far it "
+                    "scores below this row's same seed. Not tried yet: v trained on its own loss, as some "
                     "libraries run the name."),
                    ("fmnist 20", "fedbabu", "FedPAC gives no fine-tuning setting for FedBABU, so this row fine-tunes each "
                     "client's head for five epochs on its training split before it is scored, pFedFDA's setting "
