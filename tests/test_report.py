@@ -261,19 +261,26 @@ def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records(
     assert sum(step < 0.5 for step in others) >= 0.9 * len(others), largest
 
 
+def _t1_row_and_variant(method, setting):
+    """FedPAC Table 1's note for a method's row, the row's cell and the cell of its variant on
+    the line below (the method with `setting`), from the shipped records, and the row's score
+    by seed."""
+    note = next(text for column, m, text in T1.row_notes if m == method)
+    found = list(records.all_records(ROOT / "reproductions" / T1.notebook))
+    row = cells_of(T1, found)[("fmnist 20", method)]
+    variant = variant_cells(T1, found)[("fmnist 20", f"{method} {setting}")]
+    return note, row, variant, {r["seed"]: r["summary"][T1.metric] for r in row.runs}
+
+
 def test_the_fedbabu_note_s_account_of_whole_model_fine_tuning_holds_for_the_shipped_records():
     """The FedBABU row's note says that with ft_body (the whole model fine-tuned, the variant on
     the line below the row) every seed scores above the row's same seed, and the three-seed mean
     sits within one std and within a point of the paper's number: a record that breaks this
     makes the note wrong."""
-    note = next(text for column, method, text in T1.row_notes if method == "fedbabu")
+    note, row, variant, by_seed = _t1_row_and_variant("fedbabu", "ft_body=true")
     assert "in every seed it scores above this row's same seed" in note
     assert "within one std and within a point of the paper's number" in note
-    found = list(records.all_records(ROOT / "reproductions" / T1.notebook))
-    row = cells_of(T1, found)[("fmnist 20", "fedbabu")]
-    variant = variant_cells(T1, found)[("fmnist 20", "fedbabu ft_body=true")]
     assert variant.n == 3 and variant.seeds() == row.seeds() == [0, 1, 2]
-    by_seed = {r["seed"]: r["summary"][T1.metric] for r in row.runs}
     assert all(r["summary"][T1.metric] > by_seed[r["seed"]] for r in variant.runs), (variant.runs, by_seed)
     gap = abs(variant.mean(T1.metric) - variant.paper)
     assert gap < variant.std(T1.metric) and gap < 1.0, (variant.mean(T1.metric), variant.std(T1.metric))
@@ -296,13 +303,9 @@ def test_the_apfl_note_s_account_of_the_adaptive_alpha_holds_for_the_shipped_rec
     """The APFL row's note says the paper's adaptive alpha (the variant on the line below the
     row) scores below the row's same seed in every seed recorded so far: a record that breaks
     this makes the note wrong."""
-    note = next(text for column, method, text in T1.row_notes if method == "apfl")
+    note, row, variant, by_seed = _t1_row_and_variant("apfl", "adaptive_alpha=true")
     assert "in every seed recorded so far it scores below this row's same seed" in note
-    found = list(records.all_records(ROOT / "reproductions" / T1.notebook))
-    row = cells_of(T1, found)[("fmnist 20", "apfl")]
-    variant = variant_cells(T1, found)[("fmnist 20", "apfl adaptive_alpha=true")]
     assert variant.n >= 1 and set(variant.seeds()) <= set(row.seeds())
-    by_seed = {r["seed"]: r["summary"][T1.metric] for r in row.runs}
     assert all(r["summary"][T1.metric] < by_seed[r["seed"]] for r in variant.runs), (variant.runs, by_seed)
 
 
