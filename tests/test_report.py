@@ -301,12 +301,21 @@ def test_the_apfl_note_s_account_of_its_place_holds_for_the_shipped_records():
 
 def test_the_apfl_note_s_account_of_the_adaptive_alpha_holds_for_the_shipped_records():
     """The APFL row's note says the paper's adaptive alpha (the variant on the line below the
-    row) scores below the row's same seed in every seed recorded so far: a record that breaks
-    this makes the note wrong."""
+    row) scores below the row's same seed in every seed recorded so far, that its clients' mean
+    alpha is below 0.01 from the second round on, and that it scores within a point of FedAvg's
+    same seed: a record that breaks this makes the note wrong."""
     note, row, variant, by_seed = _t1_row_and_variant("apfl", "adaptive_alpha=true")
     assert "in every seed recorded so far it scores below this row's same seed" in note
+    assert "mean alpha falls below 0.01 by the second round and stays there" in note
+    assert "within a point of FedAvg's same seed" in note
     assert variant.n >= 1 and set(variant.seeds()) <= set(row.seeds())
     assert all(r["summary"][T1.metric] < by_seed[r["seed"]] for r in variant.runs), (variant.runs, by_seed)
+    for r in variant.runs:
+        alphas = [h["alpha_mean"] for h in r["history"] if h["round"] >= 2]
+        assert len(alphas) == r["config"]["rounds"] - 1 and max(alphas) < 0.01, (r["seed"], max(alphas))
+    fedavg = cells_of(T1, records.all_records(ROOT / "reproductions" / T1.notebook))[("fmnist 20", "fedavg")]
+    fedavg_by_seed = {r["seed"]: r["summary"][T1.metric] for r in fedavg.runs}
+    assert all(abs(r["summary"][T1.metric] - fedavg_by_seed[r["seed"]]) < 1.0 for r in variant.runs), fedavg_by_seed
 
 
 def test_the_pfedhn_note_s_account_of_its_place_holds_for_the_shipped_records():
