@@ -261,15 +261,17 @@ def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records(
     assert sum(step < 0.5 for step in others) >= 0.9 * len(others), largest
 
 
-def _t1_row_and_variant(method, setting):
-    """FedPAC Table 1's note for a method's row, the row's cell and the cell of its variant on
-    the line below (the method with `setting`), from the shipped records, and the row's score
-    by seed."""
+def _t1_note_cells_and_variant(method, setting):
+    """FedPAC Table 1's note for a method's row, the table's cells, and the cell of the row's
+    variant on the line below (the method with `setting`), all from one read of the shipped records."""
     note = next(text for column, m, text in T1.row_notes if m == method)
     found = list(records.all_records(ROOT / "reproductions" / T1.notebook))
-    row = cells_of(T1, found)[("fmnist 20", method)]
-    variant = variant_cells(T1, found)[("fmnist 20", f"{method} {setting}")]
-    return note, row, variant, {r["seed"]: r["summary"][T1.metric] for r in row.runs}
+    return note, cells_of(T1, found), variant_cells(T1, found)[("fmnist 20", f"{method} {setting}")]
+
+
+def _score_by_seed(cell):
+    """A cell's final score (T1's metric) by seed."""
+    return {r["seed"]: r["summary"][T1.metric] for r in cell.runs}
 
 
 def test_the_fedbabu_note_s_account_of_whole_model_fine_tuning_holds_for_the_shipped_records():
@@ -277,7 +279,9 @@ def test_the_fedbabu_note_s_account_of_whole_model_fine_tuning_holds_for_the_shi
     the line below the row) every seed scores above the row's same seed, and the three-seed mean
     sits within one std and within a point of the paper's number: a record that breaks this
     makes the note wrong."""
-    note, row, variant, by_seed = _t1_row_and_variant("fedbabu", "ft_body=true")
+    note, cells, variant = _t1_note_cells_and_variant("fedbabu", "ft_body=true")
+    row = cells[("fmnist 20", "fedbabu")]
+    by_seed = _score_by_seed(row)
     assert "in every seed it scores above this row's same seed" in note
     assert "within one std and within a point of the paper's number" in note
     assert variant.n == 3 and variant.seeds() == row.seeds() == [0, 1, 2]
@@ -304,7 +308,9 @@ def test_the_apfl_note_s_account_of_the_adaptive_alpha_holds_for_the_shipped_rec
     row) scores below the row's same seed in every seed recorded so far, that its clients' mean
     alpha is below 0.01 from the second round on, and that it scores within a point of FedAvg's
     same seed: a record that breaks this makes the note wrong."""
-    note, row, variant, by_seed = _t1_row_and_variant("apfl", "adaptive_alpha=true")
+    note, cells, variant = _t1_note_cells_and_variant("apfl", "adaptive_alpha=true")
+    row = cells[("fmnist 20", "apfl")]
+    by_seed, fedavg_by_seed = _score_by_seed(row), _score_by_seed(cells[("fmnist 20", "fedavg")])
     assert "in every seed recorded so far it scores below this row's same seed" in note
     assert "mean alpha falls below 0.01 by the second round and stays there" in note
     assert "within a point of FedAvg's same seed" in note
@@ -313,8 +319,6 @@ def test_the_apfl_note_s_account_of_the_adaptive_alpha_holds_for_the_shipped_rec
     for r in variant.runs:
         alphas = [h["alpha_mean"] for h in r["history"] if h["round"] >= 2]
         assert len(alphas) == r["config"]["rounds"] - 1 and max(alphas) < 0.01, (r["seed"], max(alphas))
-    fedavg = cells_of(T1, records.all_records(ROOT / "reproductions" / T1.notebook))[("fmnist 20", "fedavg")]
-    fedavg_by_seed = {r["seed"]: r["summary"][T1.metric] for r in fedavg.runs}
     assert all(abs(r["summary"][T1.metric] - fedavg_by_seed[r["seed"]]) < 1.0 for r in variant.runs), fedavg_by_seed
 
 
