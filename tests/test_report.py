@@ -261,12 +261,13 @@ def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records(
     assert sum(step < 0.5 for step in others) >= 0.9 * len(others), largest
 
 
-def _t1_note_cells_and_variant(method, setting):
-    """FedPAC Table 1's note for a method's row, the table's cells, and the cell of the row's
-    variant on the line below (the method with `setting`), all from one read of the shipped records."""
+def _t1_note_and_cells(method):
+    """FedPAC Table 1's note for a method's row, the table's cells, and the cells of the variants
+    on the lines below rows (keyed by column and "method setting"), all from one read of the
+    shipped records."""
     note = next(text for column, m, text in T1.row_notes if m == method)
     found = list(records.all_records(ROOT / "reproductions" / T1.notebook))
-    return note, cells_of(T1, found), variant_cells(T1, found)[("fmnist 20", f"{method} {setting}")]
+    return note, cells_of(T1, found), variant_cells(T1, found)
 
 
 def _score_by_seed(cell):
@@ -279,7 +280,8 @@ def test_the_fedbabu_note_s_account_of_whole_model_fine_tuning_holds_for_the_shi
     the line below the row) every seed scores above the row's same seed, and the three-seed mean
     sits within one std and within a point of the paper's number: a record that breaks this
     makes the note wrong."""
-    note, cells, variant = _t1_note_cells_and_variant("fedbabu", "ft_body=true")
+    note, cells, variants = _t1_note_and_cells("fedbabu")
+    variant = variants[("fmnist 20", "fedbabu ft_body=true")]
     row = cells[("fmnist 20", "fedbabu")]
     by_seed = _score_by_seed(row)
     assert "in every seed it scores above this row's same seed" in note
@@ -294,9 +296,8 @@ def test_the_apfl_note_s_account_of_its_place_holds_for_the_shipped_records():
     """The APFL row's note says that with three seeds it sits below the paper's number by more
     than the seeds' spread, above Local and FedAvg and below FedAvg-FT and kNN-Per: a record
     that breaks this makes the note wrong."""
-    note = next(text for column, method, text in T1.row_notes if method == "apfl")
+    note, cells, _ = _t1_note_and_cells("apfl")
     assert "With three seeds" in note and "above Local and FedAvg and below FedAvg-FT and kNN-Per" in note
-    cells = cells_of(T1, records.all_records(ROOT / "reproductions" / T1.notebook))
     mean = {m: cells[("fmnist 20", m)].mean(T1.metric) for m in ("apfl", "local", "fedavg", "fedavg_ft", "knn_per")}
     apfl = cells[("fmnist 20", "apfl")]
     assert apfl.n == 3 and apfl.paper - mean["apfl"] > apfl.std(T1.metric), (mean, apfl.std(T1.metric))
@@ -308,7 +309,8 @@ def test_the_apfl_note_s_account_of_the_adaptive_alpha_holds_for_the_shipped_rec
     row) scores below the row's same seed in each of the three seeds, that its clients' mean
     alpha is below 0.01 from the second round on, and that it scores within a point of FedAvg's
     same seed: a record that breaks this makes the note wrong."""
-    note, cells, variant = _t1_note_cells_and_variant("apfl", "adaptive_alpha=true")
+    note, cells, variants = _t1_note_and_cells("apfl")
+    variant = variants[("fmnist 20", "apfl adaptive_alpha=true")]
     row = cells[("fmnist 20", "apfl")]
     by_seed, fedavg_by_seed = _score_by_seed(row), _score_by_seed(cells[("fmnist 20", "fedavg")])
     assert "in each of the three seeds it scores below this row's same seed" in note
@@ -326,10 +328,9 @@ def test_the_pfedhn_note_s_account_of_its_place_holds_for_the_shipped_records():
     """The pFedHN row's note says that in every recorded seed it sits above the paper's number
     by more than a point and below FedPAC's row, and still gains over its last fifty rounds:
     a record that breaks this makes the note wrong."""
-    note = next(text for column, method, text in T1.row_notes if method == "pfedhn")
+    note, cells, _ = _t1_note_and_cells("pfedhn")
     assert "above the paper's number by more than a point and below FedPAC's row" in note
     assert "still gains over its last fifty rounds" in note
-    cells = cells_of(T1, records.all_records(ROOT / "reproductions" / T1.notebook))
     pfedhn, fedpac = cells[("fmnist 20", "pfedhn")], cells[("fmnist 20", "fedpac")]
     assert pfedhn.n and fedpac.n
     for rec in pfedhn.runs:
