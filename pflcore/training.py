@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterable, Iterator
+from typing import Callable, ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -163,10 +163,36 @@ def precision_context(settings: TrainSettings, device: torch.device) -> ContextM
     return contextlib.nullcontext()
 
 
+@dataclass(frozen=True)
+class Pull:
+    """A proximal pull towards fixed weights: the term ``weight/2 * ||w - reference||^2``
+    added to a step's objective (Ditto's personal objective, its Algorithm 1). It is applied
+    as its gradient, ``weight * (w - reference)`` added to the loss's, which is bit for bit
+    the gradient autograd takes of the term (a test checks) at a fraction of its cost; the
+    mean loss the loop reports leaves the term out. ``reference``: one tensor per trained
+    parameter, in their order."""
+
+    reference: Sequence[torch.Tensor]
+    weight: float
+
+    @torch.no_grad()
+    def added(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+        """``grads`` (``None``: a parameter the loss does not use) plus the pull's gradient."""
+        pulls = torch._foreach_sub(list(params), list(self.reference))
+        if self.weight != 1.0:
+            torch._foreach_mul_(pulls, float(self.weight))
+        used = [i for i, g in enumerate(grads) if g is not None]
+        if used:
+            torch._foreach_add_([pulls[i] for i in used], [grads[i] for i in used])
+        return pulls
+
+
 def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor, y: torch.Tensor,
-              settings: TrainSettings, generator: torch.Generator, loss_fn: LossFn = cross_entropy) -> float:
+              settings: TrainSettings, generator: torch.Generator, loss_fn: LossFn = cross_entropy,
+              pull: Pull | None = None) -> float:
     """Train ``params`` of ``model`` with mini-batch SGD for ``settings.epochs`` epochs on the
-    batches of :func:`shuffled_batches`, stepping with :class:`SGDStep`.
+    batches of :func:`shuffled_batches`, stepping with :class:`SGDStep` on the gradient of
+    ``loss_fn`` (plus ``pull``'s, if given).
 
     Parameters of ``model`` that are not in ``params`` are frozen for the call (no
     gradient is computed for them) and restored afterwards. Returns the mean loss over all
@@ -181,7 +207,10 @@ def sgd_train(model: nn.Module, params: Iterable[nn.Parameter], x: torch.Tensor,
     def step(batch: Batch) -> torch.Tensor:
         with batch.precision():
             loss = loss_fn(model, batch.x, batch.y)
-        sgd(loss)
+        if pull is None:
+            sgd(loss)
+        else:
+            sgd.update(pull.added(params, torch.autograd.grad(loss, params, allow_unused=True)))
         return loss
 
     with only_training(model, params):

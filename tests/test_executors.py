@@ -18,7 +18,7 @@ from pflcore.config import ConfigError
 from pflcore.engine import Simulation, build_data
 from pflcore.engine import executors
 from pflcore.engine.executors import (InProcess, WorkerError, WorkerPool, _pack, _split, _unpack, available_cores,
-                                      resolve_workers)
+                                      job_costs, resolve_workers)
 from pflcore.engine.jobs import EVALUATE, TRAIN, ClientJob, ClientResult
 from pflcore.engine.simulation import run
 
@@ -45,7 +45,19 @@ def test_split_keeps_order_and_balances_cost():
     groups = _split(jobs, [10, 10, 10, 10, 10, 10, 40], 2)
     assert [j.client_id for g in groups for j in g] == list(range(7))  # every job once, in order
     assert [sum(10 if j.client_id < 6 else 40 for j in g) for g in groups] == [50, 50]
-    assert _split(jobs[:1], [5], 3)[1:] == [[], []]
+    assert [j.client_id for g in _split(jobs[:1], [5], 3) for j in g] == [0]
+
+
+def test_training_balances_on_train_samples_and_evaluation_on_test_samples():
+    """A client's evaluation costs its test samples, not its training ones: FedCP's MNIST
+    clients hold 125-1,548 test samples, and a cut by job count left one worker 1.7 times
+    the other's evaluation."""
+    sizes = {"train": [100] * 6, "test": [300, 300, 10, 10, 10, 10]}
+    train = [ClientJob(TRAIN, c, 0, {}) for c in range(6)]
+    evaluate = [ClientJob(EVALUATE, c, 0, {}) for c in range(6)]
+    assert job_costs(train, sizes) == [101] * 6 and job_costs(evaluate, sizes) == [301, 301, 11, 11, 11, 11]
+    assert [[j.client_id for j in g] for g in _split(train, job_costs(train, sizes), 2)] == [[0, 1, 2], [3, 4, 5]]
+    assert [[j.client_id for j in g] for g in _split(evaluate, job_costs(evaluate, sizes), 2)] == [[0], [1, 2, 3, 4, 5]]
 
 
 def test_client_data_goes_to_the_workers_without_a_copy(make_config):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from pflcore.models import fedpac_cnn
-from pflcore.training import TrainSettings, sgd_train
+from pflcore.training import Pull, TrainSettings, sgd_train
 
 
 def reference_sgd_train(model, params, x, y, settings, generator, loss_fn):
@@ -64,3 +64,29 @@ def test_a_parameter_the_loss_does_not_use_is_left_alone():
               torch.Generator().manual_seed(0), lambda m, xb, yb: m.body(xb).pow(2).mean())
     for key, value in model.head.state_dict().items():
         assert torch.equal(value, before[key])
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.01, 5.0, 0.3])
+@pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.9, 5e-4)])
+def test_a_pull_is_autograds_proximal_term_bit_for_bit(weight, momentum, weight_decay):
+    """Ditto's personal objective CE + weight/2 ||v - w||^2: the pull applied as its gradient
+    trains exactly the weights autograd's gradient of the whole objective does."""
+    torch.manual_seed(2)
+    model = fedpac_cnn(1, 10, 28)
+    reference = [p.detach() + 0.05 * torch.randn_like(p) for p in model.parameters()]
+    x, y = torch.randn(45, 1, 28, 28), torch.randint(0, 10, (45,))
+    settings = TrainSettings(epochs=2, batch_size=10, lr=0.05, momentum=momentum, weight_decay=weight_decay)
+    pulled, ref = copy.deepcopy(model), copy.deepcopy(model)
+
+    def proximal(m, xb, yb):
+        return F.cross_entropy(m(xb), yb) + 0.5 * weight * sum(((p - r) ** 2).sum()
+                                                               for p, r in zip(m.parameters(), reference))
+
+    sgd_train(pulled, pulled.parameters(), x, y, settings, torch.Generator().manual_seed(3),
+              lambda m, xb, yb: F.cross_entropy(m(xb), yb), Pull(reference, weight))
+    sgd_train(ref, ref.parameters(), x, y, settings, torch.Generator().manual_seed(3), proximal)
+    moved = False
+    for (name, a), b, start in zip(pulled.named_parameters(), ref.parameters(), model.parameters()):
+        assert torch.equal(a, b), name
+        moved |= not torch.equal(a, start)
+    assert moved

@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from ..models import SplitModel
-from ..training import (Batch, LossFn, SGDStep, StepFn, TrainSettings, client_loop, compute_features, cross_entropy,
-                        only_training, precision_context, sgd_train, shuffled_batches)
+from ..training import (Batch, LossFn, Pull, SGDStep, StepFn, TrainSettings, client_loop, compute_features,
+                        cross_entropy, only_training, precision_context, sgd_train, shuffled_batches)
 from .hyperparams import Param, check_hyperparams
 
 Tensors = dict[str, torch.Tensor]
@@ -111,11 +111,12 @@ class Client:
 
     def train(self, params: Iterable[nn.Parameter], *, model: nn.Module | None = None,
               loss_fn: LossFn = cross_entropy, generator: torch.Generator | None = None,
-              **overrides: Any) -> float:
+              pull: Pull | None = None, **overrides: Any) -> float:
         """SGD on this client's train data with the run's settings (``overrides`` replace
-        epochs/lr/batch_size/momentum/weight_decay). Returns the mean loss."""
+        epochs/lr/batch_size/momentum/weight_decay), on ``loss_fn`` plus a proximal ``pull``
+        if given. Returns the mean loss."""
         return sgd_train(model if model is not None else self.model, params, self.x, self.y,
-                         self.training_settings(**overrides), generator or self.generator, loss_fn)
+                         self.training_settings(**overrides), generator or self.generator, loss_fn, pull)
 
     def train_adjusted(self, model: nn.Module, params: Iterable[nn.Parameter],
                        adjust: Callable[[list[torch.Tensor]], list[torch.Tensor]],

@@ -4,7 +4,7 @@ model v_i per client pulled towards the global model it received.
 Client round (the paper's Algorithm 1): from the received w, E epochs of cross-entropy give
 w_i, which is uploaded (the server averages by n_i, as FedAvg). The personal model takes
 E_p epochs of v_i <- v_i - eta (grad l(v_i) + lambda (v_i - w)), the reference being the
-RECEIVED w. v_i starts from the first global model the client receives (the initial model
+RECEIVED w (the pull term as its gradient, :class:`pflcore.training.Pull`). v_i starts from the first global model the client receives (the initial model
 under full participation) and stays with the client; clients not sampled keep theirs.
 Each step has its own SGD state (momentum buffers are not shared between w and v).
 
@@ -14,11 +14,11 @@ the global trajectory is FedAvg's bit for bit and lambda = 0 gives Local-only's 
 from __future__ import annotations
 
 import copy
-import torch
+
 from torch import nn
 
 from ..models import SplitModel
-from ..training import cross_entropy
+from ..training import Pull
 from .base import Client, Param, load, snapshot
 from .fedavg import FedAvg
 
@@ -42,22 +42,10 @@ class Ditto(FedAvg):
         v = load(client.modules["personal"], client.state.get("personal", payload["model"]))
         reference = [payload["model"][name] for name, _ in v.named_parameters()]
         epochs = self.personal_epochs or client.settings.epochs
-        client.train(v.parameters(), model=v, loss_fn=self._pulled_towards(reference), epochs=epochs,
-                     generator=personal_batches)
+        client.train(v.parameters(), model=v, epochs=epochs, generator=personal_batches,
+                     pull=Pull(reference, float(self.lam)) if self.lam else None)
         client.state["personal"] = snapshot(v)
         return update
-
-    def _pulled_towards(self, reference: list[torch.Tensor]):
-        """Cross-entropy + lambda/2 ||v - w||^2, whose gradient adds lambda (v - w)."""
-        lam = float(self.lam)
-
-        def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            value = cross_entropy(model, x, y)
-            if lam:
-                value = value + 0.5 * lam * sum(((p - r) ** 2).sum() for p, r in zip(model.parameters(), reference))
-            return value
-
-        return loss
 
     def shared_predictor(self, state: dict, model: SplitModel) -> None:
         return None  # every client predicts with its own v_i

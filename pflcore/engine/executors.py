@@ -59,7 +59,8 @@ class WorkerPool:
     with another number first stops the idle ones, so they never pile up); each
     run sends them its data once, packed into a few tensors that travel through shared
     memory. Each round only payloads, states and updates travel (pickled). Jobs are cut
-    into contiguous groups of about equal training size, one group per worker.
+    into contiguous groups of about equal size (train samples, or test samples for an
+    evaluation: :attr:`JobKind.sized_by`), one group per worker.
     """
 
     def __init__(self, worker: ClientWorker, num_workers: int):
@@ -70,7 +71,8 @@ class WorkerPool:
                              "defined in __main__ (a notebook or script): put it in a module, or use workers=0.")
         self.worker = worker
         self.num_workers = num_workers
-        self.sizes = [int(y.shape[0]) for _, y in worker.train_data]
+        self.sizes = {"train": [int(y.shape[0]) for _, y in worker.train_data],
+                      "test": [int(y.shape[0]) for _, y in worker.test_data]}
         self._setup: dict | None = None
         self._processes()  # start (or reuse) them now, so start-up errors come before any work
 
@@ -92,8 +94,7 @@ class WorkerPool:
         return procs
 
     def run(self, jobs: Sequence[ClientJob]) -> list[ClientResult]:
-        costs = [self.sizes[j.client_id] if JOB_KINDS[j.kind].by_samples else 1 for j in jobs]
-        groups = _split(jobs, costs, self.num_workers)
+        groups = _split(jobs, job_costs(jobs, self.sizes), self.num_workers)
         return self._processes().run(groups)
 
     def close(self) -> None:
@@ -246,15 +247,20 @@ def _main_module_hidden():
             sys.modules["__main__"] = main
 
 
+def job_costs(jobs: Sequence[ClientJob], sizes: dict[str, Sequence[int]]) -> list[int]:
+    """Each job's cost for balancing: one plus the samples its kind's work grows with
+    (``sizes["train"]`` or ``sizes["test"]``, per client; :attr:`JobKind.sized_by`)."""
+    return [1 + int(sizes[JOB_KINDS[j.kind].sized_by][j.client_id]) for j in jobs]
+
+
 def _split(jobs: Sequence[ClientJob], costs: Sequence[int], parts: int) -> list[list[ClientJob]]:
-    """Contiguous groups whose total costs are as even as a greedy cut makes them."""
+    """Contiguous groups of about equal total cost: each job goes to the part of the total
+    that the middle of its own cost falls in (for two parts, the most even contiguous cut)."""
     total = sum(costs)
     groups: list[list[ClientJob]] = [[] for _ in range(parts)]
-    acc, g = 0, 0
+    acc = 0
     for job, cost in zip(jobs, costs):
-        if g < parts - 1 and acc >= total * (g + 1) / parts:
-            g += 1
-        groups[g].append(job)
+        groups[min(parts - 1, int((acc + cost / 2) * parts / total)) if total else 0].append(job)
         acc += cost
     return groups
 

@@ -70,13 +70,13 @@ class JobKind:
 
     ``purpose``: the key of the client's random stream; ``keeps_state``: whether the job
     may change the client's personal state (else it works on a copy and the state comes
-    back unchanged); ``by_samples``: whether its cost grows with the client's training
-    samples (the worker pool balances on it); ``message_type``: the Flower message type
+    back unchanged); ``sized_by``: the client data its cost grows with, ``"train"`` or
+    ``"test"`` (the worker pool balances on its size); ``message_type``: the Flower message type
     that carries it; ``work(worker, job, client)``: the job itself."""
 
     purpose: int
     keeps_state: bool
-    by_samples: bool
+    sized_by: str
     message_type: str
     work: Callable[["ClientWorker", ClientJob, Client], Any]
 
@@ -103,10 +103,10 @@ def _collect(worker: "ClientWorker", job: ClientJob, client: Client) -> Any:
 
 
 JOB_KINDS: dict[str, JobKind] = {
-    TRAIN: JobKind(TRAIN_KEY, keeps_state=True, by_samples=True, message_type="train", work=_train),
-    EVALUATE: JobKind(EVAL_KEY, keeps_state=False, by_samples=False, message_type="evaluate", work=_evaluate),
-    COLLECT: JobKind(COLLECT_KEY, keeps_state=False, by_samples=True, message_type="query", work=_collect),
-    ADAPT: JobKind(ADAPT_KEY, keeps_state=False, by_samples=True, message_type="evaluate", work=_adapt),
+    TRAIN: JobKind(TRAIN_KEY, keeps_state=True, sized_by="train", message_type="train", work=_train),
+    EVALUATE: JobKind(EVAL_KEY, keeps_state=False, sized_by="test", message_type="evaluate", work=_evaluate),
+    COLLECT: JobKind(COLLECT_KEY, keeps_state=False, sized_by="train", message_type="query", work=_collect),
+    ADAPT: JobKind(ADAPT_KEY, keeps_state=False, sized_by="train", message_type="evaluate", work=_adapt),
 }
 
 

@@ -14,7 +14,8 @@ primitive), the lane hands the request over and waits. When every lane waits or 
 the requests that agree (same architecture, parameters, settings and loss code) are run
 together: the clients' weights and momentum buffers stacked on a leading axis, the loss
 (the method's own ``loss_fn``, its captured per-client tensors stacked too) evaluated with
-``torch.func.functional_call`` under ``torch.func.vmap``, one backward for all, and SGD with
+``torch.func.functional_call`` under ``torch.func.vmap``, one backward for all, a proximal
+pull's gradient added with each client's reference stacked (:class:`pflcore.training.Pull`), and SGD with
 momentum and weight decay applied row by row exactly as :class:`pflcore.training.SGDStep`
 does. Each client draws its batches from its own generator, as in the sequential path, so
 the clients see exactly their sequential batches.
@@ -49,7 +50,7 @@ import torch
 from torch import nn
 
 from ..algorithms.base import Client
-from ..training import TrainSettings, cross_entropy, precision_context, shuffled_batches
+from ..training import Pull, TrainSettings, cross_entropy, precision_context, shuffled_batches
 from .jobs import ClientJob, ClientResult, ClientWorker
 
 #: Methods whose training the vectorised executor runs stacked, each tested against the
@@ -140,7 +141,7 @@ class Vectorised:
 # ---------------------------------------------------------------------- lanes
 @dataclass
 class _Request:
-    """One call of the standard loop: ``sgd_train(model, params, x, y, settings, generator, loss_fn)``."""
+    """One call of the standard loop: ``sgd_train(model, params, x, y, settings, generator, loss_fn, pull)``."""
 
     model: nn.Module
     params: list[nn.Parameter]
@@ -149,6 +150,7 @@ class _Request:
     settings: TrainSettings
     generator: torch.Generator
     loss_fn: Callable
+    pull: Pull | None = None
     result: float | None = None
     error: BaseException | None = None
     names: list[str] = field(default_factory=list)
@@ -224,9 +226,10 @@ class _LaneClient(Client):
     _lane: _Lane
 
     def train(self, params, *, model: nn.Module | None = None, loss_fn=cross_entropy,
-              generator: torch.Generator | None = None, **overrides: Any) -> float:
+              generator: torch.Generator | None = None, pull: Pull | None = None, **overrides: Any) -> float:
         return self._lane.submit(_Request(model if model is not None else self.model, list(params), self.x, self.y,
-                                          self.training_settings(**overrides), generator or self.generator, loss_fn))
+                                          self.training_settings(**overrides), generator or self.generator, loss_fn,
+                                          pull))
 
     def train_head_on_features(self, head: nn.Module, features: torch.Tensor, **overrides: Any) -> float:
         return self._lane.submit(_Request(head, list(head.parameters()), features, self.y,
@@ -262,7 +265,8 @@ def _signature(req: _Request) -> tuple:
     return (type(req.model), tuple((n, tuple(p.shape)) for n, p in req.model.named_parameters()),
             tuple(req.names), req.settings, code if code is not None else id(fn),
             tuple(_cell_key(c) for c in _cells(fn)) if code is not None else (),
-            tuple(req.x.shape[1:]), req.x.dtype, req.x.device, int(req.y.shape[0]) > 0)
+            tuple(req.x.shape[1:]), req.x.dtype, req.x.device, int(req.y.shape[0]) > 0,
+            None if req.pull is None else (float(req.pull.weight), tuple(_cell_key(t) for t in req.pull.reference)))
 
 
 def _groups(requests: list[_Request]) -> list[list[_Request]]:
@@ -284,7 +288,7 @@ def _stackable(group: list[_Request]) -> bool:
 def _sequential(req: _Request) -> float:
     from ..training import sgd_train
 
-    return sgd_train(req.model, req.params, req.x, req.y, req.settings, req.generator, req.loss_fn)
+    return sgd_train(req.model, req.params, req.x, req.y, req.settings, req.generator, req.loss_fn, req.pull)
 
 
 class _LossOf(nn.Module):
@@ -335,6 +339,8 @@ def _stacked(group: list[_Request]) -> int:
     for n in all_names:
         params[n] = torch.stack([dict(r.model.named_parameters())[n].detach() for r in group])
     cells = [_stack_cell([_cells(r.loss_fn)[i] for r in group]) for i in range(len(_cells(first.loss_fn)))]
+    pulled = None if first.pull is None else {  # each client's pull reference, stacked as its weights
+        n: torch.stack([r.pull.reference[j] for r in group]) for j, n in enumerate(first.names)}
     cell_values, cell_dims = tuple(c[0] for c in cells), tuple(c[1] for c in cells)
     wrapper = _LossOf(model, first.loss_fn)
 
@@ -381,6 +387,11 @@ def _stacked(group: list[_Request]) -> int:
                 sub_cells = tuple(v if d is None else _select(v, index, everyone) for v, d in zip(cell_values, cell_dims))
                 grads, losses = step_fn({n: leaves[n] for n in trained}, {n: leaves[n] for n in frozen},
                                         xs, ys, sub_cells)
+                if pulled is not None:  # Pull.added, row by row
+                    grads = dict(grads)
+                    for n in trained:
+                        pull = leaves[n] - (pulled[n] if everyone else pulled[n][index])
+                        grads[n] = grads[n] + (pull if first.pull.weight == 1.0 else pull * float(first.pull.weight))
                 _sgd_rows(params, buffers, started, trained, [grads[n] for n in trained], rows, index, everyone,
                           lr, momentum, decay)
                 totals.index_add_(0, index, losses.to(totals.dtype))
