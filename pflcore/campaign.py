@@ -114,8 +114,12 @@ def _entries() -> list[Entry]:
     # machine), so about 8,000 s; the others are their earlier estimates scaled by the same ratio (1.54).
     # FedAvg's seed 0 took 4,107 s alone (13.7 s a round), 11% over its scaled estimate. The estimates are for
     # the AMD EPYC machine most records ran on: FedAvg's seed 1 took 6,694 s (22.3 s a round, 1.63 times as long)
-    # on an Intel Xeon one (each record's provenance names its cpu_model), where FedCP's 8,000 s would be ~13,000
-    fedcp = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4900, "ditto": 7400, "fedcp": 8000}
+    # on an Intel Xeon one (each record's provenance names its cpu_model), where FedCP's 8,000 s would be ~13,000.
+    # Fed-RoD's seed 0 took 4,258 s (14.2 s a round). Ditto's seed 0 ran at 33.3 s a round over its first 10
+    # rounds (2.43 FedAvg rounds, benchmarks/records/fedcp-round-ditto-before-pull-2026-11-29.json: ~10,000 s,
+    # more than a session holds, so it was stopped); with its pull applied as a gradient and the evaluation cut
+    # by test samples its round is 1.96 FedAvg rounds (fedcp-round-ditto-pull-2026-11-29.json): about 8,100 s
+    fedcp = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4300, "ditto": 8100, "fedcp": 8000}
     for method, estimate in fedcp.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedcp/t2_main", method, seed, {"methods": [method], "seeds": [seed], "rounds": 300},
