@@ -4,8 +4,9 @@ model v_i per client pulled towards the global model it received.
 Client round (the paper's Algorithm 1): from the received w, E epochs of cross-entropy give
 w_i, which is uploaded (the server averages by n_i, as FedAvg). The personal model takes
 E_p epochs of v_i <- v_i - eta (grad l(v_i) + lambda (v_i - w)), the reference being the
-RECEIVED w (the pull term as its gradient, :class:`pflcore.training.Pull`). v_i starts from the first global model the client receives (the initial model
-under full participation) and stays with the client; clients not sampled keep theirs.
+RECEIVED w (the term lambda (v_i - w) added to the gradient: :class:`pflcore.training.Pull`).
+v_i starts from the first global model the client receives (the initial model under full
+participation) and stays with the client; clients not sampled keep theirs.
 Each step has its own SGD state (momentum buffers are not shared between w and v).
 
 Both steps visit the client's batches in the same order (``client.fresh_generator``), so

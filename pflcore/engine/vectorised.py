@@ -15,10 +15,10 @@ the requests that agree (same architecture, parameters, settings and loss code) 
 together: the clients' weights and momentum buffers stacked on a leading axis, the loss
 (the method's own ``loss_fn``, its captured per-client tensors stacked too) evaluated with
 ``torch.func.functional_call`` under ``torch.func.vmap``, one backward for all, a proximal
-pull's gradient added with each client's reference stacked (:class:`pflcore.training.Pull`), and SGD with
-momentum and weight decay applied row by row exactly as :class:`pflcore.training.SGDStep`
-does. Each client draws its batches from its own generator, as in the sequential path, so
-the clients see exactly their sequential batches.
+pull's gradient added (:class:`pflcore.training.Pull`, each client's reference stacked), and
+SGD with momentum and weight decay applied row by row exactly as
+:class:`pflcore.training.SGDStep` does. Each client draws its batches from its own
+generator, as in the sequential path, so the clients see exactly their sequential batches.
 
 Clients of unequal size: at each step the clients that still have a batch are grouped by
 the size of that batch (a full batch, a client's last smaller batch), each group one stacked
@@ -391,7 +391,8 @@ def _stacked(group: list[_Request]) -> int:
                     grads = dict(grads)
                     for n in trained:
                         pull = leaves[n] - (pulled[n] if everyone else pulled[n][index])
-                        grads[n] = grads[n] + (pull if first.pull.weight == 1.0 else pull * float(first.pull.weight))
+                        weight = float(first.pull.weight)
+                        grads[n] = grads[n] + (pull if weight == 1.0 else pull * weight)
                 _sgd_rows(params, buffers, started, trained, [grads[n] for n in trained], rows, index, everyone,
                           lr, momentum, decay)
                 totals.index_add_(0, index, losses.to(totals.dtype))
