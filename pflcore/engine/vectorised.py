@@ -339,8 +339,10 @@ def _stacked(group: list[_Request]) -> int:
     for n in all_names:
         params[n] = torch.stack([dict(r.model.named_parameters())[n].detach() for r in group])
     cells = [_stack_cell([_cells(r.loss_fn)[i] for r in group]) for i in range(len(_cells(first.loss_fn)))]
-    pulled = None if first.pull is None else {  # each client's pull reference, stacked as its weights
-        n: torch.stack([r.pull.reference[j] for r in group]) for j, n in enumerate(first.names)}
+    pull = None  # one Pull for the group: each client's reference stacked as its weights
+    if first.pull is not None:
+        stacked = {n: torch.stack([r.pull.reference[j] for r in group]) for j, n in enumerate(first.names)}
+        pull = Pull([stacked[n] for n in trained], first.pull.weight)  # the weight is in the group's signature
     cell_values, cell_dims = tuple(c[0] for c in cells), tuple(c[1] for c in cells)
     wrapper = _LossOf(model, first.loss_fn)
 
@@ -384,16 +386,15 @@ def _stacked(group: list[_Request]) -> int:
                 xs = torch.stack([xb for _, xb, _ in members])
                 ys = torch.stack([yb for _, _, yb in members])
                 leaves = params if everyone else {n: params[n][index] for n in all_names}
-                sub_cells = tuple(v if d is None else _select(v, index, everyone) for v, d in zip(cell_values, cell_dims))
+                sub_cells = tuple(v if d is None else _select(v, index, everyone)
+                                  for v, d in zip(cell_values, cell_dims))
                 grads, losses = step_fn({n: leaves[n] for n in trained}, {n: leaves[n] for n in frozen},
                                         xs, ys, sub_cells)
-                if pulled is not None:  # Pull.added, row by row
-                    grads = dict(grads)
-                    for n in trained:
-                        pull = leaves[n] - (pulled[n] if everyone else pulled[n][index])
-                        weight = float(first.pull.weight)
-                        grads[n] = grads[n] + (pull if weight == 1.0 else pull * weight)
-                _sgd_rows(params, buffers, started, trained, [grads[n] for n in trained], rows, index, everyone,
+                trained_grads = [grads[n] for n in trained]
+                if pull is not None:
+                    rows_pull = pull if everyone else Pull([r[index] for r in pull.reference], pull.weight)
+                    trained_grads = rows_pull.added([leaves[n] for n in trained], trained_grads)
+                _sgd_rows(params, buffers, started, trained, trained_grads, rows, index, everyone,
                           lr, momentum, decay)
                 totals.index_add_(0, index, losses.to(totals.dtype))
                 for i in rows:
