@@ -98,14 +98,16 @@ def _entries() -> list[Entry]:
     # FedAvg-FT and kNN-Per train exactly as FedAvg (Algorithm.trains_as): one entry trains
     # FedAvg and scores both from its final state, three records for one training
     fedpac = {"local": 990, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 890, "lg_fedavg": 890, "fedrep": 970,
-              "fedbabu": 920, "fedrod": 970, "apfl": 1910, "pfedme": 4900, "ditto": 1920,
+              "fedbabu": 920, "fedrod": 970, "apfl": 1910, "pfedme": 5000, "ditto": 1920,
               "fedfomo": 830, "pfedhn": 1210, "fedpac": 1080}  # FedPAC seeds 0-2 took 1,017-1,108 s,
     # Local 929-1,013 s, FedPer 861-896 s, FedRep 928-1,012 s, FedBABU 884-977 s, Fed-RoD 932-986 s (their records);
     # LG-FedAvg 873-893 s (seeds 1-2; seed 0's 1,432 s shared the two cores with a test run); APFL 1,762-2,029 s
     # and Ditto 1,863-1,949 s: each trains two models, the global and the personal; pFedHN 1,188-1,198 s and
     # FedFomo 796-824 s. pFedMe has no record yet: benchmarks/records/method-overhead-2026-11-23T0224.json
     # timed its round at 36.5 s, 5.7 times FedAvg's, when Ditto's took 14.5 s; Ditto's records now take
-    # 9.3-9.7 s a round (APFL's and FedAvg's fell alike), so about 24.5 s a round for pFedMe, scaled the same
+    # 9.3-9.7 s a round (APFL's and FedAvg's fell alike), so about 24.5 s a round for pFedMe, scaled the same;
+    # measured on the AMD EPYC machine (method-overhead-2026-12-01-pfedme.json): 24.6 s a round (5.07 FedAvg
+    # rounds) and 0.25 s an evaluation, when Ditto's took 10.3 s, so 200 rounds about 5,000 s
     for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedpac/t1_main", methods, seed, {"methods": methods.split("+"), "seed": seed}, estimate))
@@ -115,12 +117,14 @@ def _entries() -> list[Entry]:
     # FedAvg's seed 0 took 4,107 s alone (13.7 s a round), 11% over its scaled estimate. The estimates are for
     # the AMD EPYC machine most records ran on: FedAvg's seed 1 took 6,694 s (22.3 s a round, 1.63 times as long)
     # on an Intel Xeon one (each record's provenance names its cpu_model), where FedCP's 8,000 s would be ~13,000.
-    # Fed-RoD's seed 0 took 4,258 s (14.2 s a round). Ditto's seed 0 ran at 33.3 s a round over its first 10
-    # rounds (2.43 FedAvg rounds, benchmarks/records/fedcp-round-ditto-before-pull-2026-11-29.json: ~10,000 s,
-    # more than a session holds, so it was stopped); with its pull applied as a gradient and the evaluation cut
-    # by test samples its round is 1.96 FedAvg rounds (fedcp-round-ditto-pull-2026-11-29.json), and seed 0
-    # then took 8,480 s (28.3 s a round, its record): 8,500 s
-    fedcp = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4300, "ditto": 8500, "fedcp": 8000}
+    # Fed-RoD's seeds 0 and 1 took 4,258 s and 5,112 s (14.2 and 17.0 s a round, both AMD EPYC): 4,700 s.
+    # Ditto's seed 0 ran at 33.3 s a round over its first 10 rounds (2.43 FedAvg rounds,
+    # benchmarks/records/fedcp-round-ditto-before-pull-2026-11-29.json: ~10,000 s, more than a session holds, so
+    # it was stopped); with its pull applied as a gradient and the evaluation cut by test samples its round is
+    # 1.96 FedAvg rounds (fedcp-round-ditto-pull-2026-11-29.json), and seeds 0 and 1 then took 8,480 s and
+    # 8,498 s (28.3 s a round, their records): 8,500 s. A slower AMD EPYC host ran seed 2's first 10 rounds at
+    # 31.9 s (about 9,600 s in all, more than fits beside the proof), so it was stopped there
+    fedcp = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4700, "ditto": 8500, "fedcp": 8000}
     for method, estimate in fedcp.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedcp/t2_main", method, seed, {"methods": [method], "seeds": [seed], "rounds": 300},
