@@ -103,11 +103,12 @@ def _entries() -> list[Entry]:
     # Local 929-1,013 s, FedPer 861-896 s, FedRep 928-1,012 s, FedBABU 884-977 s, Fed-RoD 932-986 s (their records);
     # LG-FedAvg 873-893 s (seeds 1-2; seed 0's 1,432 s shared the two cores with a test run); APFL 1,762-2,029 s
     # and Ditto 1,863-1,949 s: each trains two models, the global and the personal; pFedHN 1,188-1,198 s and
-    # FedFomo 796-824 s. pFedMe has no record yet: benchmarks/records/method-overhead-2026-11-23T0224.json
+    # FedFomo 796-824 s. pFedMe before its first record: benchmarks/records/method-overhead-2026-11-23T0224.json
     # timed its round at 36.5 s, 5.7 times FedAvg's, when Ditto's took 14.5 s; Ditto's records now take
     # 9.3-9.7 s a round (APFL's and FedAvg's fell alike), so about 24.5 s a round for pFedMe, scaled the same;
     # measured on the AMD EPYC machine (method-overhead-2026-12-01-pfedme.json): 24.6 s a round (5.07 FedAvg
-    # rounds) and 0.25 s an evaluation, when Ditto's took 10.3 s, so 200 rounds about 5,000 s
+    # rounds) and 0.25 s an evaluation, when Ditto's took 10.3 s, so 200 rounds about 5,000 s; seed 0's record
+    # took 4,973 s (24.9 s a round, AMD EPYC), the whole entry 5,061 s
     for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedpac/t1_main", methods, seed, {"methods": methods.split("+"), "seed": seed}, estimate))
@@ -123,7 +124,8 @@ def _entries() -> list[Entry]:
     # it was stopped); with its pull applied as a gradient and the evaluation cut by test samples its round is
     # 1.96 FedAvg rounds (fedcp-round-ditto-pull-2026-11-29.json), and seeds 0 and 1 then took 8,480 s and
     # 8,498 s (28.3 s a round, their records): 8,500 s. A slower AMD EPYC host ran seed 2's first 10 rounds at
-    # 31.9 s (about 9,600 s in all, more than fits beside the proof), so it was stopped there
+    # 31.9 s (about 9,600 s in all, more than fits beside the proof), so it was stopped there, and another
+    # (2026-12-02) at 32.3 s: seed 2 fits a 180-minute session only on a host that runs it near 28 s a round
     fedcp = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4700, "ditto": 8500, "fedcp": 8000}
     for method, estimate in fedcp.items():
         for seed in (0, 1, 2):
