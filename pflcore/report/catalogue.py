@@ -234,6 +234,12 @@ _FEDPAC_T1_ROWS = ("local", "fedavg", "fedavg_ft", "fedper", "lg_fedavg", "fedre
                    "apfl", "pfedme", "ditto", "fedfomo", "pfedhn", "fedpac")
 
 
+def _not_in_fedpac_code(method: str) -> str:
+    """The opening of a FedPAC Table 1 row note for a baseline FedPAC's code does not implement."""
+    return ("FedPAC's code implements Local, FedAvg, FedPer, LG-FedAvg and FedPAC only, so how the paper ran "
+            f"{method} cannot be read. ")
+
+
 _FEDFA_ONE_SEED = ("One seed so far (2021), and under #C = 2 the global model moves by several points from one "
                    "evaluated round to the next (the curves below), so one seed's final round is a noisy estimate of "
                    "the paper's mean over three seeds.")
@@ -265,8 +271,8 @@ TABLES: list[TableSpec] = [
         accepts=lambda r: r["config"]["rounds"] == 200,
         claim=_first_place("fmnist 20", "fedpac", "acc_mean"), claim_words="FedPAC is first in the column.",
         curves_item="C2", row_params=lambda method: FEDPAC_METHOD_PARAMS.get(method, {}),
-        row_notes=(("fmnist 20", "apfl", "FedPAC's code implements Local, FedAvg, FedPer, LG-FedAvg and FedPAC only, "
-                    "so how the paper ran APFL cannot be read. This row is APFL as its own paper defines it (Deng et al., "
+        row_notes=(("fmnist 20", "apfl", _not_in_fedpac_code("APFL") +
+                    "This row is APFL as its own paper defines it (Deng et al., "
                     "2020): at every local step the global model w descends on its own loss and v on the loss of the "
                     "parameter mixture 0.25 v + 0.75 w (the alpha FedPAC's appendix B chose from 0.25, 0.5 and 0.75), "
                     "and each client is scored with that mixture. With three seeds it sits below the paper's number by "
@@ -298,8 +304,8 @@ TABLES: list[TableSpec] = [
                     "line below this row): in every seed it scores above this row's same seed, and its mean sits "
                     "within one std and within a point of the paper's number, so the gap is the fine-tuning setting, "
                     "which FedPAC's paper does not give."),
-                   ("fmnist 20", "pfedme", "FedPAC's code implements Local, FedAvg, FedPer, LG-FedAvg and FedPAC only, "
-                    "so how the paper ran pFedMe cannot be read. This row is pFedMe's Algorithm 1 (Dinh et al., 2020) "
+                   ("fmnist 20", "pfedme", _not_in_fedpac_code("pFedMe") +
+                    "This row is pFedMe's Algorithm 1 (Dinh et al., 2020) "
                     "with FedPAC's lambda = 10 and K = 5 (its appendix B), pFedMe's personal learning rate 0.1 and "
                     "beta = 1, over the five local epochs of mini-batches every row of this table trains for; each "
                     "client is scored with its personalised model theta after the round's last local iteration, as "
@@ -309,8 +315,8 @@ TABLES: list[TableSpec] = [
                     "plan); then, if the mean still differs, two differences from pFedMe's authors' code, which both "
                     "change training: there a round's local iterations are single mini-batches (20 of them by "
                     "default), not whole epochs, and each inner step on theta also decays it (mu = 0.001)."),
-                   ("fmnist 20", "pfedhn", "FedPAC's code implements Local, FedAvg, FedPer, LG-FedAvg and FedPAC only, "
-                    "so how the paper ran pFedHN cannot be read. This row is pFedHN as its own paper defines it "
+                   ("fmnist 20", "pfedhn", _not_in_fedpac_code("pFedHN") +
+                    "This row is pFedHN as its own paper defines it "
                     "(Shamsian et al., 2021): a hypernetwork on the server maps each client's learned embedding to "
                     "that client's whole model, which is the client's predictor. One departure: the paper trains one "
                     "client per hypernetwork step, each from the latest hypernetwork, while here a round's clients "
