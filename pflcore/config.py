@@ -221,7 +221,7 @@ class ExperimentConfig:
         ``fingerprint_default`` (``lr_decay`` 1, ``feature_probe`` 0, ``sampling`` uniform,
         ``new_clients`` 0: adding an optional feature later keeps existing fingerprints). The
         method's parameters enter with its defaults filled in, so changing a default changes the
-        fingerprint."""
+        fingerprint; a method parameter at its own ``fingerprint_default`` is left out likewise."""
         from .algorithms import ALGORITHMS
 
         payload = {}
@@ -232,7 +232,11 @@ class ExperimentConfig:
             if spec.fingerprint_default is not UNSET and value == spec.fingerprint_default:
                 continue  # a feature left off: the fingerprint of runs from before the field
             payload[key] = value
-        payload["method_params"] = {**ALGORITHMS[self.method].defaults, **self.method_params}
+        algorithm = ALGORITHMS[self.method]
+        payload["method_params"] = {
+            key: value for key, value in {**algorithm.defaults, **self.method_params}.items()
+            if key not in algorithm.hyperparams or algorithm.hyperparams[key].fingerprint_default is UNSET
+            or value != algorithm.hyperparams[key].fingerprint_default}
         if self.dataset == "pfllib" and self.data_root is not None:
             # the data is the folder's: two PFLlib folders must not share results (its
             # config.json lists every client's label counts, so it identifies the partition)

@@ -67,6 +67,47 @@ def test_pfedme_scores_the_detached_personal_model_not_the_uploaded_one(make_con
     assert any(not torch.equal(v, sim.state["model"][k]) for k, v in personal.items())
 
 
+def test_pfedme_inner_weight_decay_moves_the_minimiser_to_a_plus_lambda_w_over_1_plus_lambda_plus_mu():
+    """pFedMe's code adds mu theta to each inner gradient: on l(theta) = 0.5 ||theta - a||^2 the
+    inner problem's minimiser becomes (a + lambda w) / (1 + lambda + mu)."""
+    a, w = torch.tensor([1.0, -2.0, 3.0]), torch.tensor([0.5, 0.5, -1.0])
+    lam, mu = 4.0, 0.5
+    theta = torch.zeros(3, requires_grad=True)
+    step = SGDStep([theta], TrainSettings(1, 1, lr=0.05, momentum=0.0, weight_decay=mu))
+    moreau_steps([theta], [w], lambda: 0.5 * ((theta - a) ** 2).sum(), 500, step, lam)
+    torch.testing.assert_close(theta.detach(), (a + lam * w) / (1 + lam + mu))
+
+
+def test_pfedme_local_iterations_train_that_many_mini_batches_and_mu_reaches_the_inner_steps(make_config,
+                                                                                              monkeypatch):
+    import pflcore.algorithms.pfedme as pfedme
+
+    calls, decays = [], []
+    original = pfedme.moreau_steps
+
+    def counted(params, local, loss_of, steps, step, lam):
+        calls.append(steps)
+        decays.append(step.weight_decay)
+        return original(params, local, loss_of, steps, step, lam)
+
+    monkeypatch.setattr(pfedme, "moreau_steps", counted)
+    config = make_config(method="pfedme", workers=0, method_params={"local_iterations": 3,
+                                                                    "inner_weight_decay": 0.25})
+    sim = advance(Simulation(config, build_data(config)), 1)
+    trained = sum(1 for state in sim.client_states.values() if state.get("personal"))
+    assert trained > 0 and len(calls) == 3 * trained and set(calls) == {5}  # R batches of K inner steps each
+    assert set(decays) == {0.25}
+
+
+def test_pfedmes_authors_code_options_left_off_keep_the_fingerprint_of_runs_from_before_them(make_config):
+    plain = make_config(method="pfedme")
+    off = make_config(method="pfedme", method_params={"local_iterations": 0, "inner_weight_decay": 0.0})
+    assert off.fingerprint() == plain.fingerprint()
+    assert make_config(method="pfedme", method_params={"local_iterations": 20}).fingerprint() != plain.fingerprint()
+    assert make_config(method="pfedme", method_params={"inner_weight_decay": 0.001}).fingerprint() != \
+        plain.fingerprint()
+
+
 # ---------------------------------------------------------------------- pFedHN
 def test_pfedhn_without_local_steps_leaves_the_hypernetwork_unchanged(make_config):
     sim = Simulation(make_config(method="pfedhn", local_epochs=0), build_data(make_config()))

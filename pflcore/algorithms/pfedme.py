@@ -9,7 +9,10 @@ its state). Server: w <- (1 - beta) w + beta * sum_i n_i w_i / sum_i n_i.
 
 The inner steps are plain SGD (the paper's update, no momentum or weight decay); the outer
 update of w_i is exact. Both use the run's device and the client's batches in the order
-the standard loop would visit them.
+the standard loop would visit them. Two options give the schedule of pFedMe's authors'
+code instead: ``local_iterations`` R single mini-batches per round in place of the run's
+epochs (Algorithm 1's R local rounds), and ``inner_weight_decay`` mu, each inner step's
+gradient plus mu theta; both are off by default.
 """
 from __future__ import annotations
 
@@ -48,6 +51,10 @@ class PFedMe(FedAvg):
         "inner_steps": Param(5, low=1, high=10000, doc="K, steps on theta per mini-batch"),
         "personal_lr": Param(0.1, low=0, low_open=True, doc="eta_p, the inner steps' learning rate"),
         "beta": Param(1.0, low=0, high=2, doc="the server's step: w <- (1 - beta) w + beta avg(w_i)"),
+        "local_iterations": Param(0, low=0, high=10000, fingerprint_default=0,
+                                  doc="R, mini-batch iterations per round (0: the run's local epochs)"),
+        "inner_weight_decay": Param(0.0, low=0, fingerprint_default=0.0,
+                                    doc="mu, weight decay of the inner steps on theta (pFedMe's code: 0.001)"),
     }
 
     def client_modules(self, model: SplitModel) -> dict[str, nn.Module]:
@@ -57,7 +64,8 @@ class PFedMe(FedAvg):
         theta = load(client.modules["personal"], payload["model"])
         params = list(theta.parameters())
         local = [p.detach().clone() for p in params]  # w_i
-        inner = client.sgd(params, lr=float(self.personal_lr), momentum=0.0, weight_decay=0.0)
+        inner = client.sgd(params, lr=float(self.personal_lr), momentum=0.0,
+                           weight_decay=float(self.inner_weight_decay))
         lam, eta = float(self.lam), client.settings.lr
 
         def train_step(batch: Batch) -> torch.Tensor:
@@ -72,8 +80,13 @@ class PFedMe(FedAvg):
                 torch._foreach_lerp_(local, [p.detach() for p in params], eta * lam)
             return loss
 
+        iterations = int(self.local_iterations)
+        per_epoch = max(1, -(-client.num_samples // client.settings.batch_size))
         with client.trainable(theta, params):
-            loss = client.loop(train_step)
+            if iterations:
+                loss = client.loop(train_step, epochs=-(-iterations // per_epoch), max_steps=iterations)
+            else:
+                loss = client.loop(train_step)
         client.state["personal"] = snapshot(theta)
         model = load(client.model, payload["model"])
         with torch.no_grad():
