@@ -243,11 +243,12 @@ def test_the_shipped_tables_notes_are_exactly_on_the_rows_that_differ_from_the_p
 
 def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records():
     """The FedBABU row's note says its accuracy moves by more than a point between evaluated
-    rounds (100 to 200) in each seed, where every other row of the column moves by less than
-    a point, and in most seeds (four in five or more) by less than half a point: a record
+    rounds (100 to 200) in each seed, where every other row of the column but pFedMe (whose
+    second seed swings too) moves by less than a point, and in most seeds (four in five or more) by less than half a point: a record
     that breaks this makes the note wrong."""
     note = next(text for column, method, text in T1.row_notes if method == "fedbabu")
-    assert "more than a point" in note and "by less than a point, and in most seeds by less than half" in note
+    assert "more than a point" in note and "but pFedMe's moves by less than a point, and in most seeds by less " \
+        "than half" in note
     largest = {}
     for _, rec in records.all_records(ROOT / "reproductions" / T1.notebook):
         if T1.shows(rec) and T1.row_of(rec) in T1.rows:  # the table's rows, not a variant beside one
@@ -255,6 +256,7 @@ def test_the_fedbabu_note_s_account_of_its_swings_holds_for_the_shipped_records(
             if len(acc) > 1:
                 largest.setdefault(T1.row_of(rec), []).append(max(np.abs(np.diff(acc))))
     fedbabu = largest.pop("fedbabu")
+    assert any(step > 1.0 for step in largest.pop("pfedme")), "the note excepts pFedMe's swings; drop the exception"
     assert len(fedbabu) == 3 and all(step > 1.0 for step in fedbabu), fedbabu  # "in each of the three seeds"
     others = [step for steps in largest.values() for step in steps]
     assert others and all(step < 1.0 for step in others), largest
