@@ -108,7 +108,8 @@ def _entries() -> list[Entry]:
     # 9.3-9.7 s a round (APFL's and FedAvg's fell alike), so about 24.5 s a round for pFedMe, scaled the same;
     # measured on the AMD EPYC machine (method-overhead-2026-12-01-pfedme.json): 24.6 s a round (5.07 FedAvg
     # rounds) and 0.25 s an evaluation, when Ditto's took 10.3 s, so 200 rounds about 5,000 s; seed 0's record
-    # took 4,973 s (24.9 s a round, AMD EPYC), the whole entry 5,061 s
+    # took 4,973 s (24.9 s a round, AMD EPYC), the whole entry 5,061 s; seeds 1 and 2 took 5,228 s and 4,706 s
+    # (26.1 and 23.5 s a round, AMD EPYC)
     for methods, estimate in fedpac.items():
         for seed in (0, 1, 2):
             out.append(Entry("fedpac/t1_main", methods, seed, {"methods": methods.split("+"), "seed": seed}, estimate))
