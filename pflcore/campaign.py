@@ -126,7 +126,8 @@ def _entries() -> list[Entry]:
     # 1.96 FedAvg rounds (fedcp-round-ditto-pull-2026-11-29.json), and seeds 0 and 1 then took 8,480 s and
     # 8,498 s (28.3 s a round, their records): 8,500 s. A slower AMD EPYC host ran seed 2's first 10 rounds at
     # 31.9 s (about 9,600 s in all, more than fits beside the proof), so it was stopped there, and another
-    # (2026-12-02) at 32.3 s: seed 2 fits a 180-minute session only on a host that runs it near 28 s a round
+    # (2026-12-02) at 32.3 s: seed 2 fits a 180-minute session only on a host that runs it near 28 s a round;
+    # it then took 7,357 s on an Intel Xeon host (24.4 s a round, its record)
     fedcp = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4700, "ditto": 8500, "fedcp": 8000}
     for method, estimate in fedcp.items():
         for seed in (0, 1, 2):
@@ -154,7 +155,8 @@ def _entries() -> list[Entry]:
     # alpha, pFedMe with its authors' code's schedule (20 single mini-batches a round, mu = 0.001 on
     # theta). The first two train as their rows do otherwise, so their rows' records' times are the
     # estimate (FedBABU 884-977 s, APFL 1,762-2,029 s); pFedMe's is its row's 4,973 s for 60 mini-batches
-    # a round (600 samples, B = 50, E = 5) scaled to 20; the report shows each beside its row
+    # a round (600 samples, B = 50, E = 5) scaled to 20 (its seeds took 1,828 s and 1,513 s on AMD EPYC
+    # hosts and 1,247 s on an Intel Xeon one, their records); the report shows each beside its row
     for label, estimate in {"fedbabu ft_body=true": 920, "apfl adaptive_alpha=true": 1910,
                             "pfedme inner_weight_decay=0.001 local_iterations=20": 1660}.items():
         for seed in (0, 1, 2):

@@ -319,9 +319,9 @@ TABLES: list[TableSpec] = [
                     "code, which changes training (`pfedme inner_weight_decay=0.001 local_iterations=20`, the line "
                     "below this row): a round's local iterations are 20 single mini-batches instead of five epochs "
                     "of them, and each inner step on theta also decays it (mu = 0.001); with a third of this row's "
-                    "mini-batches a round each of its first two seeds ends several points below this row's same seed. "
-                    "What remains: that line's third seed (in the campaign's plan), and mu alone over this row's "
-                    "five epochs, which the plan does not hold yet."),
+                    "mini-batches a round each of its three seeds ends several points below this row's same seed. "
+                    "What remains: mu alone over this row's five epochs, which the campaign's plan does not hold "
+                    "yet."),
                    ("fmnist 20", "pfedhn", _not_in_fedpac_code("pFedHN") +
                     "This row is pFedHN as its own paper defines it "
                     "(Shamsian et al., 2021): a hypernetwork on the server maps each client's learned embedding to "
