@@ -48,6 +48,16 @@ class Entry:
     #: an investigation of a table row that differs from the paper: a variant of the row (its label
     #: a notebook's methods label, "fedbabu ft_body=true"), run after every table row's seeds
     investigates: bool = False
+    #: the step of the campaign's order (:data:`STAGES`) the entry belongs to: 0 the first campaign,
+    #: then the second's, in the order of what a claim gains per CPU-hour (issue 76)
+    stage: int = field(default=0, compare=False)
+    #: the table (or figure) whose cells its records are, as ``status`` groups the hours left
+    table: str = field(default="", compare=False)
+
+    @property
+    def group(self) -> str:
+        """The table (or figure) the entry's records fill: ``table``, else its notebook's."""
+        return self.table or NOTEBOOK_TABLES.get(self.notebook, self.notebook)
 
     @property
     def methods(self) -> list[str]:
@@ -162,7 +172,50 @@ def _entries() -> list[Entry]:
         for seed in (0, 1, 2):
             out.append(Entry("fedpac/t1_main", label, seed, {"methods": [label], "seed": seed}, estimate,
                              investigates=True))
-    return sorted(out, key=lambda e: (e.investigates, e.seconds_per_record, e.notebook, e.label, e.seed))
+    out += _second_campaign()
+    return sorted(out, key=lambda e: (e.stage, e.investigates, e.seconds_per_record, e.notebook, e.label, e.seed))
+
+
+#: The steps of the campaign's order (issue 76: what a claim gains per CPU-hour), each entry's
+#: ``stage``; within a step, cheapest per record first.
+STAGES = (
+    "the first campaign: the headline rows' three seeds, the figures' own runs, the investigations of rows "
+    "that differ from the paper",
+    "FedFA Table 2's label-skew columns whole: FedProx, FedDyn, MOON and FedProc under #C=2, Dir(0.1) and "
+    "Dir(0.5) to three seeds",
+    "FedFA Table 2's IID column, all six rows, three seeds",
+)
+
+#: The table (or figure) each notebook's entries fill, unless an entry names its own.
+NOTEBOOK_TABLES = {"pfedfda/t1_covariate_shift": "pFedFDA T1", "fedfa/t2_label_skew": "FedFA T2",
+                   "fedfa/f4_feature_distance": "FedFA F4", "fedpac/t1_main": "FedPAC T1 (20 clients)",
+                   "fedcp/t2_main": "FedCP T2 practical MNIST", "fedpac/c1_weight_heatmaps": "FedPAC C1",
+                   "fedpac/t2_ablation": "FedPAC T2 ablation"}
+
+
+def _second_campaign() -> list[Entry]:
+    """The second campaign (issue 76): every cell of the four papers' tables that can run here,
+    in the order of :data:`STAGES`."""
+    out: list[Entry] = []
+    # 1. FedFA Table 2. Seconds a round from the records (provenance.seconds_per_round): under #C = 2
+    # FedAvg 3.37 s (three seeds), FedFA 3.62 s (three), FedProx 3.78 s, FedDyn 3.89 s, FedProc 3.73 s
+    # and MOON 6.77 s (seed 2021, Figure 4's runs); FedAvg's rounds take 1.21 times as long under
+    # Dir(0.1) (4.07 s) and 1.17 under Dir(0.5) (3.95 s): the sampled clients hold more samples on
+    # average. IID gives every client 600 samples, as the #C = 2 shards do: #C = 2's round time.
+    # Seed 2021 under #C = 2 is recorded for every row (Figure 4's runs without the probe).
+    fedfa_round = {"fedavg": 3.37, "fedprox": 3.78, "feddyn": 3.89, "moon": 6.77, "fedproc": 3.73, "fedfa": 3.62}
+    column_factor = {"c2": 1.0, "dir0.1": 1.21, "dir0.5": 1.17, "iid": 1.0}
+    for setting, factor in column_factor.items():
+        for method, seconds in fedfa_round.items():
+            if setting != "iid" and method in ("fedavg", "fedfa"):
+                continue  # three seeds recorded in the first campaign
+            for seed in (2021, 2022, 2023):
+                if setting == "c2" and seed == 2021:
+                    continue
+                out.append(Entry("fedfa/t2_label_skew", f"{setting} {method}", seed,
+                                 {"settings": [setting], "methods": [method], "seeds": [seed]},
+                                 round(200 * seconds * factor, -1), stage=2 if setting == "iid" else 1))
+    return out
 
 
 #: The notebooks of the tables whose headline rows the campaign runs with three seeds.
@@ -186,14 +239,20 @@ def read_plan(root: Path | None = None) -> dict:
 def current_plan(root: Path | None = None) -> dict:
     """The plan as it stands: every campaign entry with its records (those noted before)."""
     done = {r["key"]: r.get("records", []) for r in read_plan(root).get("runs", [])}
-    runs = [{"key": e.key, "notebook": e.notebook, "label": e.label, "seed": e.seed, "parameters": e.parameters,
-             "estimate_s": e.estimate_s, "records": done.get(e.key, [])} for e in CAMPAIGN]
-    remaining = [r for r in runs if not r["records"]]
-    return {"about": "The seeds campaign (python -m pflcore.campaign): one entry per run, cheapest per record first "
-                     "(the investigations of rows that differ from the paper after the tables' rows); "
-                     "'records' lists the committed records an entry produced, empty while it remains.",
-            "done": len(runs) - len(remaining), "remaining": len(remaining),
-            "remaining_estimate_s": sum(r["estimate_s"] for r in remaining), "runs": runs}
+    runs = [{"key": e.key, "table": e.group, "stage": e.stage, "notebook": e.notebook, "label": e.label,
+             "seed": e.seed, "parameters": e.parameters, "estimate_s": e.estimate_s, "records": done.get(e.key, [])}
+            for e in CAMPAIGN]
+    return {"about": ABOUT, **current_plan_counts({"runs": runs}), "runs": runs}
+
+
+#: The plan's ``about``: what it is and the order ``next`` takes its entries in.
+ABOUT = ("The campaign (python -m pflcore.campaign): one entry per run, in the order next takes them: by step, "
+         "then cheapest per record first within a step (the first campaign's investigations of rows that differ "
+         "from the paper after its tables' rows). The steps, in the order of what a claim gains per CPU-hour: "
+         + "; ".join(f"{i}. {words}" for i, words in enumerate(STAGES)) + ". 'records' lists the committed "
+         "records an entry produced, empty while it remains; 'tables' gives, per table, the entries recorded and "
+         "left and the CPU-hours (estimate_s: seconds of rounds on this kind of 2-core machine, from the "
+         "records' own timings where a run of the method in that setting has one) it still needs to be whole.")
 
 
 def seeds_per_row(plan: dict) -> dict[str, list[tuple[str, int, int]]]:
@@ -370,9 +429,19 @@ def _commit(home: Path, files: list[str], message: str, log=print) -> None:
 
 
 def current_plan_counts(plan: dict) -> dict:
+    """The plan's counts: entries done and remaining, the seconds left, and the same per table."""
     remaining = [r for r in plan["runs"] if not r["records"]]
+    tables: dict[str, dict] = {}
+    for r in plan["runs"]:
+        table = tables.setdefault(r.get("table") or r["notebook"], {"entries": 0, "done": 0, "remaining": 0,
+                                                                      "remaining_estimate_s": 0.0})
+        table["entries"] += 1
+        table["done" if r["records"] else "remaining"] += 1
+        table["remaining_estimate_s"] += 0 if r["records"] else r["estimate_s"]
+    for table in tables.values():
+        table["remaining_cpu_hours"] = round(table["remaining_estimate_s"] / 3600, 1)
     return {"done": len(plan["runs"]) - len(remaining), "remaining": len(remaining),
-            "remaining_estimate_s": sum(r["estimate_s"] for r in remaining)}
+            "remaining_estimate_s": sum(r["estimate_s"] for r in remaining), "tables": tables}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = current_plan(root)
         lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
                  f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine."]
+        lines.append("Per table: entries recorded of those planned, and the CPU-hours left to make it whole:")
+        width = max(len(name) for name in plan["tables"])
+        lines += [f"  {name:{width}s}  {t['done']:3d}/{t['entries']:<3d}  {t['remaining_cpu_hours']:6.1f} h left"
+                  for name, t in plan["tables"].items()]
         lines.append("Seeds recorded per row, of those planned:")
         for notebook, rows in seeds_per_row(plan).items():
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])
