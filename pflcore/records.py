@@ -40,14 +40,15 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from . import __version__
+from . import __version__, numerics
 from .atomic import atomic_write_bytes
 from .project import project_root
 
 SCHEMA = "pflcore-run-record"
-SCHEMA_VERSION = 2  # 2: per-client accuracies in percent (1: fractions)
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # 3: provenance names the numeric path; 2: per-client accuracies in percent (1: fractions)
+READABLE_VERSIONS = (1, 2, 3)
 RECORDS_FOLDER = "reproductions"
+REPLICATIONS = "replications"  # <notebook>/replications/: records retrained on another numeric path
 TRAIN_ENV = "PFLCORE_TRAIN"  # "1": train even where a record exists
 RECORDS_ONLY_ENV = "PFLCORE_RECORDS_ONLY"  # "1": a run without a record is refused, never trained (the report)
 MAX_RECORD_BYTES = 8 * 2**20  # a record is small; a larger file is not one of ours
@@ -73,11 +74,15 @@ def git_state(start: Path | None = None) -> dict:
     there is no git. Only the package is looked at: notebooks pass through a git filter
     (nbstripout) that would cost a process per notebook, and a run's config is in its record."""
     where = Path(start or Path(__file__).resolve().parent)
+    # No optional locks: ``git status`` would otherwise refresh the index under .git/index.lock, and
+    # a timeout that kills it then leaves the lock behind, failing every later commit.
+    git = ["git", "--no-optional-locks"]
+    quiet = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=where,
-                                capture_output=True, text=True, timeout=10)
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+                                timeout=10, env=quiet).stdout.strip() or None
+        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=where,
+                                capture_output=True, text=True, timeout=30, env=quiet)
         dirty = bool(status.stdout.strip()) if status.returncode == 0 and commit else None
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
@@ -106,13 +111,14 @@ def cpu_vendor() -> str:
 
 
 def environment(device: str = "cpu", workers: Any = 0) -> dict:
-    """Where and with what a run executes (the provenance fields besides its timing)."""
+    """Where and with what a run executes (the provenance fields besides its timing), with
+    the numeric path that decides its last bits (:func:`pflcore.numerics.numeric_path`)."""
     import torch
 
     env = {"pflcore_version": __version__, **git_state(), "python": platform.python_version(),
            "torch": torch.__version__, "numpy": np.__version__, "device": str(device),
-           "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "workers": workers,
-           "platform": platform.platform()}
+           "cpu_model": cpu_model(), "cpu_vendor": cpu_vendor(), "cpu_count": os.cpu_count(), "workers": workers,
+           "platform": platform.platform(), "numeric_path": numerics.numeric_path(device, workers)}
     if str(device).startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(torch.device(device))
         env["cuda"] = torch.version.cuda
@@ -384,30 +390,34 @@ def without_probe(record: dict, notebook: str, measures: tuple[str, ...], source
 
 
 # ---------------------------------------------------------------------- reading
-def read(path: str | Path) -> dict:
-    """A record, validated; one sentence naming the file if it is not a record this pflcore reads."""
+def read(path: str | Path, root: str | Path | None = None) -> dict:
+    """A record, checked against itself (:func:`validate`, :func:`check_name`); one sentence
+    naming the file and what is wrong if it is not a record this pflcore reads. ``root``: the
+    folder the file must lie in (default: its project, else its own folder); a link that
+    points out of it, a pipe or a device is refused, and at most :data:`MAX_RECORD_BYTES` are read."""
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_RECORD_BYTES:
-            raise RecordError(f"{path} is {path.stat().st_size} bytes, larger than any pflcore run record "
-                              f"({MAX_RECORD_BYTES} at most); it is not one.")
-        record = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise RecordError(f"{path} is not a pflcore run record (not valid JSON).") from None
+    record = parse(read_regular(path, root), path)
     validate(record, path, READABLE_VERSIONS)
-    return upgrade(record)
+    record = upgrade(record)
+    check_name(record, path)
+    return record
 
 
 def upgrade(record: dict) -> dict:
     """A valid record of an earlier schema version in the current one: the one place where
     version 1's per-client accuracies (fractions) become percent, 100 times each value
-    (exactly the numbers a run of this pflcore gives). ``upgraded_from`` keeps the file's
-    version; a current record is returned as it is."""
-    if record["schema_version"] == SCHEMA_VERSION:
+    (exactly the numbers a run of this pflcore gives), and where a version-1 or -2 record gets
+    the numeric path of version 3 with every field unknown (never guessed from its CPU model
+    string). ``upgraded_from`` keeps the file's version; a current record is returned as it is."""
+    version = record["schema_version"]
+    if version == SCHEMA_VERSION:
         return record
-    clients = {k: (percent(v) if k in ACCURACY_ARRAYS else v) for k, v in record["clients"].items()}
-    return {**record, "schema_version": SCHEMA_VERSION, "upgraded_from": record["schema_version"],
-            "clients": clients}
+    clients = record["clients"]
+    if version == 1:
+        clients = {k: (percent(v) if k in ACCURACY_ARRAYS else v) for k, v in clients.items()}
+    provenance = {"cpu_vendor": numerics.UNKNOWN, **record["provenance"], "numeric_path": numerics.unknown_path()}
+    return {**record, "schema_version": SCHEMA_VERSION, "upgraded_from": version, "clients": clients,
+            "provenance": provenance}
 
 
 def percent(values: Any) -> Any:
@@ -418,16 +428,18 @@ def percent(values: Any) -> Any:
 
 
 def validate(record: Any, path: Path, versions: tuple[int, ...] = (SCHEMA_VERSION,)) -> None:
+    """Refuse (:class:`RecordError`, one sentence naming ``path`` and the field) a record that is
+    not one of ``versions`` or is not consistent with itself (:func:`check_record`)."""
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise RecordError(f"{path} is not a pflcore run record (no 'schema': {SCHEMA!r}).")
     version = record.get("schema_version")
-    if version not in versions:
+    if isinstance(version, bool) or version not in versions:
         readable = " and ".join(str(v) for v in versions)
         raise RecordError(f"{path} is a run record of schema version {version!r}, and this pflcore reads "
                           f"version{'s' if len(versions) > 1 else ''} {readable}; rerun it or read it with the "
                           "pflcore that wrote it.")
     for key, kind in REQUIRED.items():
-        if not isinstance(record.get(key), kind):
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
             raise RecordError(f"{path} is a damaged run record: field {key!r} is missing or not a "
                               f"{getattr(kind, '__name__', 'valid value')}.")
     for key in ("acc_mean", "acc_std", "acc_weighted", "best_acc_mean", "best_round", "rounds", "seconds"):
@@ -438,11 +450,470 @@ def validate(record: Any, path: Path, versions: tuple[int, ...] = (SCHEMA_VERSIO
             raise RecordError(f"{path} is a damaged run record: its clients have no {key!r}.")
     if not isinstance(record.get("preset_changes", {}), dict):  # optional: records before it have none
         raise RecordError(f"{path} is a damaged run record: its 'preset_changes' is not a mapping.")
-    for name, arrays in record.get("derived_arrays", {}).items():  # optional: what figures derive from final models
+    derived = record.get("derived_arrays", {})
+    if not isinstance(derived, dict):
+        raise RecordError(f"{path} is a damaged run record: its 'derived_arrays' is not a mapping.")
+    for name, arrays in derived.items():  # optional: what figures derive from final models
         if not isinstance(arrays, dict) or not all(isinstance(a, dict) and {"dtype", "shape", "data"} <= set(a)
                                                    for a in arrays.values()):
             raise RecordError(f"{path} is a damaged run record: its derived arrays {name!r} are not "
                               "{dtype, shape, data} entries.")
+    check_record(record, path)
+
+
+# ---------------------------------------------------------------------- a record checked against itself
+#: How far a mean, std or weighted mean recomputed from the per-client accuracies may lie from the
+#: recorded one, in percentage points. The run computes it from correct counts (100 x the statistic of
+#: the fractions), the check from the percentages: float64 rounding of either is below n x 2.3e-14 for
+#: n clients (the shipped records differ by 6e-14 at most); a change a reader could see is 1e7 x larger.
+TOLERANCE = 1e-9
+MAX_DEPTH = 24  # a record nests 6 deep (arrays.<name>.<round>[client][value]); anything deeper is not one
+MAX_INT = 2**53  # every integer a record holds (rounds, sizes, seeds, counts) is far smaller
+_SAFE_FOLDER = re.compile(r"[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*")
+
+
+def read_regular(path: Path, root: str | Path | None = None) -> bytes:
+    """The bytes of ``path`` once it is known to be a regular file inside ``root`` (default: its
+    project, else its own folder); at most ``MAX_RECORD_BYTES + 1`` bytes are read, whatever size
+    the system reports, and a pipe or device is never read at all."""
+    import stat
+
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise RecordError(f"{path} does not exist, so it is no run record.") from None
+    except (OSError, RuntimeError):
+        raise RecordError(f"{path} cannot be resolved (a loop of symbolic links?), so it is not read as a run "
+                          "record.") from None
+    home = _record_home(path, root)
+    if not real.is_relative_to(home):
+        raise RecordError(f"{path} is a link to {real}, outside {home}; a run record is a file inside the project, "
+                          "so it is not read.")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    chunks: list[bytes] = []
+    try:
+        fd = os.open(real, flags)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+                        else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                        else "a special file")
+                raise RecordError(f"{path} is {kind}, not a regular file, so it is not read as a run record.")
+            left = MAX_RECORD_BYTES + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 2**20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise RecordError(f"{path} cannot be read ({(exc.strerror or type(exc).__name__).lower()}).") from None
+    data = b"".join(chunks)
+    if len(data) > MAX_RECORD_BYTES:
+        raise RecordError(f"{path} is larger than any pflcore run record ({MAX_RECORD_BYTES} bytes at most); it is "
+                          "not one.")
+    return data
+
+
+def _record_home(path: Path, root: str | Path | None) -> Path:
+    """The folder a record must really lie in: ``root``, else the project holding it, else its folder."""
+    if root is not None:
+        return Path(root).resolve()
+    try:
+        return project_root(path.absolute().parent)
+    except FileNotFoundError:
+        return path.absolute().parent.resolve()
+
+
+class _Constant(ValueError):
+    """NaN or Infinity in a file: not JSON, and never written by pflcore."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+def parse(data: bytes, path: Path) -> Any:
+    """JSON of a record file; one sentence naming the file for anything that is not plain JSON."""
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except _Constant as exc:
+        raise RecordError(f"{path} is a damaged run record: it holds {exc}, which a record never does (it writes a "
+                          "missing number as null).") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RecordError(f"{path} is not a pflcore run record (not valid JSON).") from None
+    except RecursionError:
+        raise RecordError(f"{path} is not a pflcore run record (its JSON nests deeper than any record does).") from None
+    except (ValueError, OverflowError):  # an integer of thousands of digits
+        raise RecordError(f"{path} is not a pflcore run record (it holds a number too long for one).") from None
+
+
+def check_name(record: dict, path: Path) -> None:
+    """The file's name and folder are those its content gives (:func:`record_name`, its notebook)."""
+    expected = record_name(record)
+    parent = path.absolute().parent
+    if parent.name == REPLICATIONS:  # a replication record: <its record's name>.on-<numeric path>.json
+        named = path.name.startswith(expected[:-len(".json")] + ".on-") and path.suffix == ".json"
+        parent = parent.parent
+    else:
+        named = path.name == expected
+    if not named:
+        raise RecordError(f"{path} is a damaged run record: its file name does not match its content (its method, "
+                          f"dataset, seed and fingerprint give {expected}).")
+    folder = (record["notebook"] or "unfiled").split("/")
+    if list(parent.parts[-len(folder):]) != folder:
+        raise RecordError(f"{path} is a damaged run record: its field 'notebook' is {record['notebook']!r}, and the "
+                          f"file lies outside that notebook's folder ({'/'.join(folder)}/).")
+
+
+def _bad(path: Path, field: str, what: str) -> RecordError:
+    return RecordError(f"{path} is a damaged run record: field {field!r} {what}.")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _walk(record: dict, path: Path) -> None:
+    """Every number in the record finite and of a sane size, and nothing nested deeper than a record nests."""
+    stack: list[tuple[Any, Any, Any, int]] = [(record, None, None, 0)]  # value, parent entry, key, depth
+    while stack:
+        entry = stack.pop()
+        value, depth = entry[0], entry[3]
+        if isinstance(value, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise _bad(path, _where(entry), f"nests deeper than any run record ({MAX_DEPTH} levels)")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((v, entry, k, depth + 1) for k, v in items if isinstance(v, (dict, list, float, int)))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise _bad(path, _where(entry), f"is {value}, not a finite number")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise _bad(path, _where(entry), "is an integer larger than any a run record holds")
+
+
+def _where(entry: tuple) -> str:
+    """A walked value's place: ``summary.acc_mean``, ``clients.final[3]``."""
+    parts = []
+    while entry[1] is not None:
+        key = entry[2]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+        entry = entry[1]
+    return "".join(reversed(parts)).lstrip(".") or "the record"
+
+
+def check_record(record: dict, path: Path) -> None:
+    """A record (of any readable version, its required fields present) checked against itself:
+    its fingerprint recomputed from its config, its summary from its history and per-client
+    arrays, every accuracy a finite number in [0, 100], best never below final, times positive.
+    The first check that fails is one :class:`RecordError` sentence naming the file and field."""
+    _walk(record, path)
+    _check_fields(record, path)
+    config = _check_fingerprint(record, path)
+    for key in ACCURACY_ARRAYS:  # numbers before version 1's are made percent
+        if key in record["clients"] and (not isinstance(record["clients"][key], list)
+                                         or _regular(record["clients"][key]) is None):
+            raise _bad(path, f"clients.{key}", "is not a list of per-client accuracies")
+    current = upgrade(record)
+    _check_clients(current, path)
+    _check_summary(current, path, config)
+
+
+def _check_fields(record: dict, path: Path) -> None:
+    """The types of the fields the report, the notebooks and :func:`describe` use."""
+    if not re.fullmatch(r"[0-9a-f]{6,64}", record["fingerprint"]):
+        raise _bad(path, "fingerprint", f"is {shorten(record['fingerprint'])!r}, not a config's fingerprint")
+    if record["seed"] < 0:
+        raise _bad(path, "seed", f"is {record['seed']}, and a seed is a number 0 or above")
+    notebook = record["notebook"]
+    if notebook is not None and (not _SAFE_FOLDER.fullmatch(notebook) or ".." in notebook.split("/")):
+        raise _bad(path, "notebook", f"is {shorten(notebook)!r}, not a notebook's name (paper/notebook)")
+    for i, note in enumerate(record["notes"]):
+        if not isinstance(note, str):
+            raise _bad(path, f"notes[{i}]", "is not text")
+    prov = record["provenance"]
+    for key in ("git_commit", "started", "finished", "cpu_model", "device", "gpu", "cuda", "pflcore_version",
+                "python", "torch", "numpy", "platform", "note"):
+        if prov.get(key) is not None and not isinstance(prov[key], str):
+            raise _bad(path, f"provenance.{key}", "is not text")
+    if prov.get("git_dirty") is not None and not isinstance(prov["git_dirty"], bool):
+        raise _bad(path, "provenance.git_dirty", "is not true, false or null")
+    if prov.get("cpu_count") is not None and not (_is_int(prov["cpu_count"]) and prov["cpu_count"] > 0):
+        raise _bad(path, "provenance.cpu_count", "is not a number of cores")
+    if prov.get("workers") is not None and not isinstance(prov["workers"], (str, int)):
+        raise _bad(path, "provenance.workers", "is not a workers setting")
+    for key in ("seconds", "seconds_per_round"):
+        if prov.get(key) is not None and not (_is_number(prov[key]) and prov[key] >= 0):
+            raise _bad(path, f"provenance.{key}", "is not a number of seconds")
+    stretches = prov.get("stretches", [])
+    if not isinstance(stretches, list) or not all(isinstance(s, dict) for s in stretches):
+        raise _bad(path, "provenance.stretches", "is not a list of stretches of rounds")
+    for i, s in enumerate(stretches):
+        for key in ("load_at_start", "load_at_end", "seconds"):
+            if s.get(key) is not None and not _is_number(s[key]):
+                raise _bad(path, f"provenance.stretches[{i}].{key}", "is not a number")
+    for name, by_round in record["arrays"].items():
+        if not isinstance(by_round, dict):
+            raise _bad(path, f"arrays.{name}", "is not a mapping of rounds to arrays")
+        for r, value in by_round.items():
+            if not r.isdigit() or _regular(value) is None:
+                raise _bad(path, f"arrays.{name}.{shorten(r)}", "is not a round's array of numbers")
+    for name, arrays in record.get("derived_arrays", {}).items():
+        for key, entry in arrays.items():
+            if not _decodable(entry):
+                raise _bad(path, f"derived_arrays.{name}.{key}", "is not an array pflcore encoded")
+    if record["summary"].get("scored_from") is not None and not isinstance(record["summary"]["scored_from"], dict):
+        raise _bad(path, "summary.scored_from", "is not a mapping")
+    for key in ("method", "dataset", "status", "accuracy_unit"):
+        if record["summary"].get(key) is not None and not isinstance(record["summary"][key], str):
+            raise _bad(path, f"summary.{key}", "is not text")
+
+
+def shorten(text: Any, limit: int = 80) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _regular(value: Any) -> tuple | None:
+    """The shape of ``value`` (a number, null, or a regular nested list of them), or None."""
+    if not isinstance(value, list):
+        return () if value is None or _is_number(value) else None
+    shapes = {_regular(v) for v in value}
+    if len(shapes) > 1 or None in shapes:
+        return None
+    return (len(value), *(shapes.pop() if shapes else ()))
+
+
+def _decodable(entry: Any) -> bool:
+    """Whether ``entry`` is a derived array :func:`decode_array` reads: a known dtype, a shape,
+    and data that decompresses to exactly that many bytes (read no further than that)."""
+    import binascii
+
+    if not (isinstance(entry, dict) and entry.get("dtype") in ("float32", "int32")
+            and isinstance(entry.get("shape"), list) and all(_is_int(n) and n >= 0 for n in entry["shape"])
+            and isinstance(entry.get("data"), str)):
+        return False
+    size = 4 * math.prod(entry["shape"])
+    if size > MAX_RECORD_BYTES * 64:
+        return False
+    try:
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(entry["data"], validate=True), size + 1)
+    except (binascii.Error, ValueError, zlib.error):
+        return False
+    return len(raw) == size and inflate.eof
+
+
+def _check_fingerprint(record: dict, path: Path) -> Any:
+    """The fingerprint and the seed are those of the config the record holds."""
+    from .config import ExperimentConfig  # the config module builds on this one
+
+    try:
+        config = ExperimentConfig.from_dict(record["config"])
+        fingerprint = config.fingerprint()
+    except ValueError as exc:  # ConfigError: a sentence naming the field
+        raise _bad(path, "config", f"is not a config this pflcore runs ({shorten(str(exc).rstrip('.'), 300)})") from None
+    except Exception:
+        raise _bad(path, "config", "is not a config this pflcore runs") from None
+    if fingerprint != record["fingerprint"]:
+        raise _bad(path, "fingerprint", f"is {record['fingerprint']}, and the config it holds gives {fingerprint}, so "
+                                        "the record is not of that config")
+    if config.seed != record["seed"]:
+        raise _bad(path, "seed", f"is {record['seed']}, and its config's seed is {config.seed}")
+    return config
+
+
+def _accuracies(values: Any, field: str, path: Path, n: int | None = None) -> np.ndarray:
+    """A per-client list of accuracies (percent, null for none) as float64, or one sentence."""
+    if not isinstance(values, list) or not all(v is None or _is_number(v) for v in values):
+        raise _bad(path, field, "is not a list of per-client accuracies")
+    if n is not None and len(values) != n:
+        raise _bad(path, field, f"has {len(values)} clients, and the record has {n}")
+    arr = floats(values) if values else np.zeros(0)
+    outside = np.flatnonzero((arr < 0) | (arr > 100))
+    if outside.size:
+        raise _bad(path, f"{field}[{outside[0]}]", f"is {arr[outside[0]]:g}, outside 0 to 100 percent")
+    return arr
+
+
+def _counts(values: Any, field: str, path: Path, n: int) -> np.ndarray:
+    if not isinstance(values, list) or not all(_is_int(v) and v >= 0 for v in values):
+        raise _bad(path, field, "is not a list of per-client sample counts")
+    if len(values) != n:
+        raise _bad(path, field, f"has {len(values)} clients, and the record has {n}")
+    return np.asarray(values, dtype=np.int64)
+
+
+def _check_clients(record: dict, path: Path) -> None:
+    """The per-client arrays: types, lengths, ranges; final and best are rows of the history."""
+    clients = record["clients"]
+    final = _accuracies(clients["final"], "clients.final", path)
+    n = len(final)
+    if n == 0:
+        raise _bad(path, "clients.final", "holds no client")
+    rows = clients["history"]
+    if not isinstance(rows, list) or not rows:
+        raise _bad(path, "clients.history", "is not a list of evaluated rounds")
+    history = np.stack([_accuracies(row, f"clients.history[{i}]", path, n) for i, row in enumerate(rows)])
+    rounds = clients["eval_rounds"]
+    if not isinstance(rounds, list) or not all(_is_int(r) for r in rounds) or len(rounds) != len(rows):
+        raise _bad(path, "clients.eval_rounds", f"is not a list of the {len(rows)} evaluated rounds")
+    if any(b <= a for a, b in zip(rounds, rounds[1:])) or rounds[0] < 1:
+        raise _bad(path, "clients.eval_rounds", "is not a rising list of round numbers")
+    if not np.array_equal(history[-1], final, equal_nan=True):
+        raise _bad(path, "clients.final", "is not the last evaluated round of clients.history")
+    if "best" in clients:
+        _accuracies(clients["best"], "clients.best", path, n)
+    for key in ("train_sizes", "test_sizes"):
+        if key in clients:
+            _counts(clients[key], f"clients.{key}", path, n)
+    if "new_final" in clients:
+        _accuracies(clients["new_final"], "clients.new_final", path)
+    if "correct" in clients:
+        _check_correct(record, final, path)
+    if record["summary"].get("num_clients") is not None and record["summary"]["num_clients"] != n:
+        raise _bad(path, "summary.num_clients", f"is {shorten(record['summary']['num_clients'])}, and its clients "
+                                                f"arrays hold {n}")
+
+
+def _check_correct(record: dict, final: np.ndarray, path: Path) -> None:
+    """The per-sample hits give each client's final accuracy."""
+    import binascii
+
+    clients = record["clients"]
+    if not isinstance(clients["correct"], str) or "test_sizes" not in clients:
+        raise _bad(path, "clients.correct", "is not the packed per-sample hits of clients with test sizes")
+    try:
+        packed = np.frombuffer(base64.b64decode(clients["correct"], validate=True), dtype=np.uint8)
+    except (binascii.Error, ValueError):
+        raise _bad(path, "clients.correct", "is not base64 text") from None
+    sizes = np.asarray(clients["test_sizes"], dtype=np.int64)
+    scored = ~np.isnan(final)
+    total = int(sizes[scored].sum())
+    if packed.size != (total + 7) // 8:
+        raise _bad(path, "clients.correct", f"holds {8 * packed.size} bits, and the scored clients have {total} "
+                                            "test samples")
+    running = np.concatenate([[0], np.cumsum(np.unpackbits(packed)[:total], dtype=np.int64)])
+    ends = np.cumsum(sizes[scored])
+    counts = running[ends] - running[ends - sizes[scored]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        recomputed = 100 * (counts / sizes[scored])
+    wrong = np.flatnonzero(~(np.abs(recomputed - final[scored]) <= TOLERANCE))
+    if wrong.size:
+        cid = int(np.flatnonzero(scored)[wrong[0]])
+        raise _bad(path, f"clients.final[{cid}]", f"is {final[cid]:.6g}, and its per-sample hits give "
+                                                  f"{recomputed[wrong[0]]:.6g}")
+
+
+def _number(summary: dict, key: str, path: Path, low: float = 0.0, high: float = 100.0) -> float:
+    value = summary.get(key)
+    if not _is_number(value):
+        raise _bad(path, f"summary.{key}", f"is {shorten(json.dumps(value))}, not a number")
+    if not low <= value <= high:
+        raise _bad(path, f"summary.{key}", f"is {value:g}, outside {low:g} to {high:g}")
+    return float(value)
+
+
+def _check_summary(record: dict, path: Path, config: Any) -> None:
+    """The summary and the per-round history against each other and against the per-client arrays."""
+    summary, history, clients = record["summary"], record["history"], record["clients"]
+    rounds = summary["rounds"]
+    if not _is_int(rounds) or rounds != config.rounds:
+        raise _bad(path, "summary.rounds", f"is {shorten(json.dumps(rounds))}, and its config runs "
+                                           f"{config.rounds} rounds")
+    if len(history) != rounds:
+        raise _bad(path, "history", f"holds {len(history)} rounds, and the run had {rounds}")
+    for key in ("method", "dataset"):
+        if summary.get(key) is not None and summary[key] != getattr(config, key):
+            raise _bad(path, f"summary.{key}", f"is {shorten(summary[key])!r}, and its config's is "
+                                               f"{getattr(config, key)!r}")
+    n = len(clients["final"])
+    evaluated = []
+    for i, h in enumerate(history):
+        if not isinstance(h, dict):
+            raise _bad(path, f"history[{i}]", "is not a round's metrics")
+        if h.get("round") != i + 1 or not _is_int(h.get("round")):
+            raise _bad(path, f"history[{i}].round", f"is {shorten(json.dumps(h.get('round')))}, not {i + 1}")
+        for key in ("train_loss", "seconds"):
+            if h.get(key) is not None and not _is_number(h[key]):
+                raise _bad(path, f"history[{i}].{key}", "is not a number")
+        if _is_number(h.get("seconds")) and h["seconds"] <= 0:
+            raise _bad(path, f"history[{i}].seconds", f"is {h['seconds']:g}, and a round takes some time")
+        participants = h.get("participants", [])
+        if not isinstance(participants, list) or not all(_is_int(c) and 0 <= c < n for c in participants):
+            raise _bad(path, f"history[{i}].participants", f"is not a list of client ids below {n}")
+        if "acc_mean" in h:
+            for key in ("acc_mean", "acc_std", "acc_weighted"):
+                if not (_is_number(h.get(key)) and 0 <= h[key] <= 100):
+                    raise _bad(path, f"history[{i}].{key}", f"is {shorten(json.dumps(h.get(key)))}, not a number "
+                                                            "from 0 to 100")
+            evaluated.append(i)
+    if [i + 1 for i in evaluated] != clients["eval_rounds"]:
+        raise _bad(path, "clients.eval_rounds", "is not the list of rounds whose history holds an accuracy")
+    if evaluated[-1] != rounds - 1:
+        raise _bad(path, "history", "has no accuracy at the last round")
+    per_client = floats(clients["history"])
+    sizes = np.asarray(clients["test_sizes"], dtype=np.float64) if "test_sizes" in clients else None
+    for row, i in zip(per_client, evaluated):
+        ok = ~np.isnan(row)
+        if not ok.any():
+            raise _bad(path, f"clients.history[{evaluated.index(i)}]", "holds no client's accuracy")
+        recomputed = {"acc_mean": row[ok].mean(), "acc_std": row[ok].std()}
+        if sizes is not None and sizes[ok].sum() > 0:
+            recomputed["acc_weighted"] = np.average(row[ok], weights=sizes[ok])
+        for key, value in recomputed.items():
+            if not abs(history[i][key] - value) <= TOLERANCE:
+                raise _bad(path, f"history[{i}].{key}", f"is {history[i][key]:.10g}, and its clients' accuracies "
+                                                        f"give {value:.10g}")
+    last = history[-1]
+    for key in ("acc_mean", "acc_std", "acc_weighted"):
+        if _number(summary, key, path) != last[key]:
+            raise _bad(path, f"summary.{key}", f"is {summary[key]:.10g}, and the last round's is {last[key]:.10g}")
+    if _number(summary, "best_acc_mean", path) < summary["acc_mean"]:
+        raise _bad(path, "summary.best_acc_mean", f"is {summary['best_acc_mean']:.6g}, below the final "
+                                                  f"{summary['acc_mean']:.6g}")
+    _check_best(summary, history, evaluated, clients, "acc_mean", "best_acc_mean", "best_round", path)
+    if "best" in clients and not np.array_equal(floats(clients["best"]),
+                                                per_client[clients["eval_rounds"].index(summary["best_round"])],
+                                                equal_nan=True):
+        raise _bad(path, "clients.best", "is not the clients' accuracies at the best round")
+    if "best_acc_weighted" in summary or "best_weighted_round" in summary:
+        _check_best(summary, history, evaluated, clients, "acc_weighted", "best_acc_weighted", "best_weighted_round",
+                    path)
+    if "final_train_loss" in summary and summary["final_train_loss"] != last.get("train_loss"):
+        raise _bad(path, "summary.final_train_loss", "is not the last round's train loss")
+    seconds = summary["seconds"]
+    if not (_is_number(seconds) and seconds > 0):
+        raise _bad(path, "summary.seconds", f"is {shorten(json.dumps(seconds))}, not a positive number of seconds")
+    for key in ("global_test_acc", "new_acc_mean", "new_acc_std", "new_acc_weighted"):
+        if key in summary:
+            _number(summary, key, path)
+    if "new_final" in clients and "new_acc_mean" in summary:
+        new = floats(clients["new_final"]) if clients["new_final"] else np.zeros(0)
+        ok = ~np.isnan(new)
+        for key, value in (("new_acc_mean", new[ok].mean() if ok.any() else None),
+                           ("new_acc_std", new[ok].std() if ok.any() else None)):
+            if key in summary and (value is None or not abs(summary[key] - value) <= TOLERANCE):
+                raise _bad(path, f"summary.{key}", "is not what the new clients' accuracies give")
+
+
+def _check_best(summary: dict, history: list, evaluated: list[int], clients: dict, metric: str, best: str,
+                at: str, path: Path) -> None:
+    """``summary[best]`` is the highest ``metric`` over the evaluated rounds, first reached at ``summary[at]``."""
+    values = [history[i][metric] for i in evaluated]
+    top = int(np.argmax(values))
+    if _number(summary, best, path) != values[top]:
+        raise _bad(path, f"summary.{best}", f"is {summary[best]:.10g}, and the highest over the evaluated rounds "
+                                            f"is {values[top]:.10g}")
+    if summary.get(at) != clients["eval_rounds"][top] or not _is_int(summary.get(at)):
+        raise _bad(path, f"summary.{at}", f"is {shorten(json.dumps(summary.get(at)))}, and the round of "
+                                          f"{summary[best]:.6g} is {clients['eval_rounds'][top]}")
 
 
 def floats(values: Any) -> np.ndarray:
@@ -498,7 +969,25 @@ def all_records(root: str | Path | None = None) -> list[tuple[Path, dict]]:
     root = Path(root) if root is not None else records_root()
     if root is None or not root.is_dir():
         return []
-    return [(p, read(p)) for p in sorted(root.rglob("*.json")) if p.name != "plan.json"]
+    return [(p, read(p)) for p in sorted(root.rglob("*.json"))
+            if p.name != "plan.json" and REPLICATIONS not in p.relative_to(root).parts]
+
+
+def all_replications(root: str | Path | None = None) -> list[tuple[Path, dict]]:
+    """Every replication record under ``root``: a recorded run retrained on another numeric
+    path (:mod:`pflcore.replicate`), kept in ``replications/`` beside its record and never part
+    of a row's mean."""
+    root = Path(root) if root is not None else records_root()
+    if root is None or not root.is_dir():
+        return []
+    found = []
+    for p in sorted(root.rglob(f"{REPLICATIONS}/*.json")):
+        record = read(p)
+        if not isinstance(record.get("replication_of"), dict):
+            raise RecordError(f"{p} is in a {REPLICATIONS}/ folder but is not a replication record "
+                              "(no 'replication_of').")
+        found.append((p, record))
+    return found
 
 
 # ---------------------------------------------------------------------- comparing
@@ -506,10 +995,17 @@ COMPARED = ("acc_mean", "acc_std", "acc_weighted", "best_acc_mean", "best_round"
             "final_train_loss")
 
 
-def compare(result: Any, record: dict | str | Path) -> dict:
-    """A user's run beside the shipped record of the same config: per summary metric ours,
-    the record's and the difference; ``identical`` when every per-round metric and every
-    per-client accuracy is equal bit for bit."""
+def compare(result: Any, record: dict | str | Path, setting: list[dict] | None = None) -> dict:
+    """A user's run beside the shipped record of the same config, with a verdict.
+
+    Per summary metric: ours, the record's and the difference; ``identical`` when every
+    per-round metric and every per-client accuracy is equal bit for bit; ``same_path`` whether
+    the two ran on the same numeric path (:func:`pflcore.numerics.same_path`: None where the
+    record predates it); the largest per-client difference of final accuracy; and ``spread``:
+    the final and best means of the setting's recorded seeds (``setting``, by default the
+    records of the same row found under the project's ``reproductions/``), against which a
+    retrained run on another path is judged (:func:`comparison_line`)."""
+    path = None if isinstance(record, dict) else Path(record)
     record = read(record) if not isinstance(record, dict) else upgrade(record)
     if result.config.fingerprint() != record["fingerprint"]:
         raise RecordError(f"the run's config (fingerprint {result.config.fingerprint()}) is not the record's "
@@ -524,16 +1020,104 @@ def compare(result: Any, record: dict | str | Path) -> dict:
     same_clients = all(np.array_equal(np.asarray(result.clients[k], dtype=float), floats(record["clients"][k]),
                                       equal_nan=True)
                        for k in ("final", "best", "history") if k in record["clients"] and k in result.clients)
-    return {"identical": bool(same_history and same_clients), "metrics": rows}
+    ours_path = (result.summary.get("provenance") or {}).get("numeric_path")
+    theirs_path = record["provenance"].get("numeric_path")
+    client_diff = np.abs(np.asarray(result.clients["final"], dtype=float) - floats(record["clients"]["final"]))
+    if setting is None:
+        setting = [r for _, r in setting_records(record, path)]
+    return {"identical": bool(same_history and same_clients), "metrics": rows,
+            "same_path": numerics.same_path(ours_path, theirs_path), "ours_path": ours_path,
+            "record_path": theirs_path,
+            "largest_client_diff": float(np.nanmax(client_diff)) if np.isfinite(client_diff).any() else 0.0,
+            "clients_differing": int(np.sum(client_diff > 0)), "clients": int(client_diff.size),
+            "spread": seed_spread(setting)}
+
+
+def setting_records(record: dict, path: Path | None = None, root: str | Path | None = None) -> list[tuple[Path, dict]]:
+    """The records of ``record``'s setting: the same notebook, preset changes and config but
+    for the seed (the row's seeds, ``record`` itself included)."""
+    def setting(r: dict) -> tuple:
+        config = {k: v for k, v in r["config"].items() if k not in ("seed", "output_dir", "name")}
+        return (r.get("notebook"), json.dumps(r.get("preset_changes") or {}, sort_keys=True),
+                json.dumps(config, sort_keys=True, default=str))
+    if root is None and path is not None:
+        root = next((p for p in path.resolve().parents if p.name == RECORDS_FOLDER), None)
+    want = setting(record)
+    return [(p, r) for p, r in all_records(root) if setting(r) == want]
+
+
+def seed_spread(setting: list[dict]) -> dict:
+    """The mean and std (over seeds, ddof 1) of final and best client-mean accuracy over
+    records of one setting (one record per seed)."""
+    by_seed = {r["seed"]: r["summary"] for r in setting}
+    out: dict[str, Any] = {"n": len(by_seed), "seeds": sorted(by_seed)}
+    for key in ("acc_mean", "best_acc_mean"):
+        values = np.asarray([float(s[key]) for s in by_seed.values() if s.get(key) is not None], dtype=float)
+        out[key] = {"mean": float(values.mean()) if values.size else None,
+                    "std": float(values.std(ddof=1)) if values.size > 1 else None}
+    return out
+
+
+#: How far a retrained run on another numeric path may be from its own seed's record, in stds of
+#: the setting's recorded seeds, and still count as seed noise: a run whose last bits differ
+#: follows another trajectory from the same seed, which should land well within one seed-to-seed std.
+WITHIN_SEED_STDS = 1.0
+
+
+def verdict(comparison: dict) -> str:
+    """``identical``, ``defect`` (same numeric path, other numbers), ``within_spread`` or
+    ``outside_spread`` (another or an unrecorded path, judged against the seed spread), or
+    ``spread_unknown`` (another path, and fewer than two recorded seeds to judge by)."""
+    if comparison["identical"]:
+        return "identical"
+    if comparison["same_path"]:
+        return "defect"
+    spread = comparison["spread"]
+    judged = []
+    for key in ("acc_mean", "best_acc_mean"):
+        std = spread.get(key, {}).get("std")
+        if key not in comparison["metrics"] or std is None:
+            return "spread_unknown"
+        judged.append(abs(comparison["metrics"][key]["diff"]) <= WITHIN_SEED_STDS * std)
+    return "within_spread" if all(judged) else "outside_spread"
 
 
 def comparison_line(comparison: dict, path: Path) -> str:
-    """One line for a person: a run against the shipped record of its config."""
-    if comparison["identical"]:
-        return f"same numbers as the record {path}, bit for bit (every round's metrics and every client's accuracy)"
+    """What a person should make of a run retrained beside the shipped record of its config."""
+    kind = verdict(comparison)
+    ours = numerics.in_words(comparison.get("ours_path"))
+    theirs = numerics.in_words(comparison.get("record_path"))
+    if kind == "identical":
+        where = ("on the same numeric path" if comparison["same_path"]
+                 else f"on {ours}, the record on {theirs}")
+        return (f"same numbers as the record {path}, bit for bit (every round's metrics and every client's "
+                f"accuracy), {where}")
     diffs = ", ".join(f"{k} {row['diff']:+.4g}" for k, row in comparison["metrics"].items() if row["diff"] != 0)
-    return (f"differs from the record {path}: {diffs or 'the summary agrees, some per-round or per-client numbers do not'}"
-            " (ours minus the record's)")
+    diffs = diffs or "the summary agrees, some per-round or per-client numbers do not"
+    clients = (f"largest per-client difference {comparison['largest_client_diff']:.2f} points "
+               f"({comparison['clients_differing']} of {comparison['clients']} clients differ)")
+    if kind == "defect":
+        return (f"DEFECT: differs from the record {path} ({diffs}, ours minus the record's; {clients}) on the same "
+                f"numeric path ({ours}), where the same code, config and seed must give the same bits; please "
+                "report it as a pflcore issue with this line and the provenance blocks of both runs' summary.json.")
+    spread = comparison["spread"]
+    head = (f"differs from the record {path} in its last bits, which is expected here: this run's numeric path "
+            f"({ours}) is not the record's ({theirs})")
+    if kind == "spread_unknown":
+        return (f"{head}; {diffs}; {clients}. Its setting has {spread['n']} recorded seed(s), too few to judge "
+                "whether that is seed noise.")
+    parts = []
+    for key, name in (("acc_mean", "final mean"), ("best_acc_mean", "best mean")):
+        row, std = comparison["metrics"][key], spread[key]["std"]
+        parts.append(f"{name} {row['ours']:.2f} against the record's {row['record']:.2f} ({row['diff']:+.3f}, "
+                     f"{abs(row['diff']) / std if std else float('inf'):.2f} of the std {std:.2f} over its "
+                     f"setting's {spread['n']} seeds)")
+    if kind == "within_spread":
+        end = "within the seed spread: the evidence holds on this machine."
+    else:
+        end = ("outside the seed spread (more than one seed std from its record): the evidence does not hold on "
+               "this machine; please report it as a pflcore issue with this line.")
+    return f"{head}; {'; '.join(parts)}; {clients}: {end}"
 
 
 def _numbers_only(history: list[dict]) -> list[dict]:

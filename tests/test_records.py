@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pflcore import records
+from pflcore import numerics, records
 from pflcore.engine import RunResult, run
 
 
@@ -199,7 +199,7 @@ def test_a_version_1_record_reads_in_percent_as_the_same_run_gives_now(project, 
         result = run(config)
     path = records.find(config)
     current = json.loads(path.read_text())
-    assert current["schema_version"] == 2 == records.SCHEMA_VERSION
+    assert current["schema_version"] == 3 == records.SCHEMA_VERSION
     sizes = np.asarray(current["clients"]["test_sizes"])
     v1 = json.loads(path.read_text())
     v1["schema_version"] = 1
@@ -211,7 +211,8 @@ def test_a_version_1_record_reads_in_percent_as_the_same_run_gives_now(project, 
     assert max(v for v in v1["clients"]["final"] if v is not None) <= 1
     path.write_text(json.dumps(v1))
     read = records.read(path)
-    assert read["schema_version"] == 2 and read["upgraded_from"] == 1
+    assert read["schema_version"] == 3 and read["upgraded_from"] == 1
+    assert read["provenance"]["numeric_path"] == numerics.unknown_path()  # never guessed
     assert read["clients"] == current["clients"]  # None (NaN) where it was, every value 100 x the fraction
     loaded = RunResult.from_record(read, config, path)
     np.testing.assert_array_equal(loaded.client_acc, result.client_acc)

@@ -357,6 +357,15 @@ def _recorded(result: RunResult) -> RunResult:
         return result
     if notebook is None or result.path is None:
         return result
+    path = records.write(record_of(result, notebook))
+    result.extras["written_record"] = str(path)  # records.derived_arrays adds what figures derive from the final state
+    print(f"record written: {path}", flush=True)
+    return result
+
+
+def record_of(result: RunResult, notebook: str) -> dict:
+    """The run record of a finished run of ``notebook``'s paper preset, with what is computed
+    from its final state (FedFA's global test accuracy, the per-sample hits for paired tests)."""
     derived = {}
     if (result.path / FINAL_STATE).exists():
         from .revisit import final_correctness, global_test_accuracy  # revisit builds on this module
@@ -375,12 +384,9 @@ def _recorded(result: RunResult) -> RunResult:
         notes.append(f"Scored from the final state of the {base['method']} run of the same setting (fingerprint "
                      f"{base['fingerprint']}), whose training this method shares exactly, instead of training "
                      "again: only the final round is evaluated, so the best round is the final one.")
-    path = records.write(records.from_result(result, notebook, notes=notes, derived=derived,
-                                              changes=records.active_changes()))
+    record = records.from_result(result, notebook, notes=notes, derived=derived, changes=records.active_changes())
     result.summary.update(derived)
-    result.extras["written_record"] = str(path)  # records.derived_arrays adds what figures derive from the final state
-    print(f"record written: {path}", flush=True)
-    return result
+    return record
 
 
 def finished_base_run(config: ExperimentConfig) -> RunResult | None:
