@@ -25,19 +25,41 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show Python tracebacks instead of one-line errors (also: PFLCORE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run one experiment and write its results directory")
-    run.add_argument("config", nargs="?", help="YAML file with ExperimentConfig fields")
+    run = sub.add_parser("run", help="run one experiment and write its results directory",
+                         description="Run one experiment (or resume it from its last checkpoint, or load it if it "
+                                     "finished before) and write its results directory.",
+                         epilog="Example: pflcore run experiment.yaml --set partition.s=0.5 --set "
+                                "method_params.mu=0.1 (experiment.yaml ships with pflcore). What a config may name: "
+                                "pflcore list methods|datasets|partitions|shifts|fields, pflcore list params METHOD.")
+    run.add_argument("config", nargs="?", help="YAML file of config fields (NAME: VALUE lines; pflcore list fields), "
+                                               "e.g. experiment.yaml")
     run.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field (dotted keys reach into mappings, e.g. partition.s=0.5, "
                      "method_params.mu=0.1); repeatable")
     for flag, kind in (("method", str), ("dataset", str), ("rounds", int), ("num-clients", int),
                        ("seed", int), ("output-dir", str), ("name", str), ("workers", _workers)):
-        run.add_argument(f"--{flag}", type=kind)
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+        run.add_argument(f"--{flag}", type=kind, metavar=flag.replace("-", "_").upper(),
+                         help=field_help(flag.replace("-", "_")))
+    run.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                     help="load your own method first: a Python file (mymethod.py) or a module path "
+                          "(mypackage.mymethod) defining a subclass of pflcore.algorithms.Algorithm; repeatable "
+                          "(docs/your_method.md)")
+    run.add_argument("--quiet", action="store_true", help=_field_doc("quiet") + " (otherwise a bar in a terminal, "
+                                                                             "one line per round into a file or a pipe)")
     run.add_argument("--json", action="store_true",
                      help="end with the run's summary as JSON (for programs) instead of the lines for a person")
     run.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
     run.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
+
+    listing = sub.add_parser("list", help="list the methods, datasets, partition kinds, shifts or config fields, "
+                             "or the parameters of one method (or partition kind or shift)",
+                             description="What a config may name. `pflcore list methods`, `pflcore list params "
+                                         "fedprox`, `pflcore list params dominant` (a partition kind's parameters).")
+    listing.add_argument("what", choices=LISTS, help="what to list; 'params' needs a NAME")
+    listing.add_argument("name", nargs="?", help="with 'params': a method, a partition kind or a shift")
+    listing.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                         help="load your own method first (as for pflcore run), so that it is listed too")
+    listing.add_argument("--debug", dest="debug_here", action="store_true", help=argparse.SUPPRESS)
 
     nbs = sub.add_parser("notebooks", help="execute the notebooks with papermill for a preset")
     nbs.add_argument("--preset", default="smoke", help="parameter preset: smoke (CI-sized) or paper")
@@ -84,10 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.lab_options and args.command != "lab":
         parser.error(f"unrecognized arguments: {' '.join(args.lab_options)}")
     debug = args.debug or args.debug_here or os.environ.get("PFLCORE_DEBUG", "") not in ("", "0")
-    command: Callable[[argparse.Namespace], int] = {"run": _run, "notebooks": _notebooks, "lab": _lab,
-                                                   "report": _report}[args.command]
+    command: Callable[[argparse.Namespace], int] = {"run": _run, "list": _list, "notebooks": _notebooks,
+                                                   "lab": _lab, "report": _report}[args.command]
     try:
         return command(args)
+    except BrokenPipeError:  # `pflcore list methods | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error as Python flushes stdout at exit
+        return 0
     except (Interrupted, KeyboardInterrupt) as exc:
         if debug:
             raise
@@ -141,6 +167,140 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     return (ValueError, OSError, DivergenceError)
 
 
+# ---------------------------------------------------------------------- help and pflcore list
+#: Where the help of a field whose choices are known only at run time points to.
+_LISTED = {"method": "pflcore list methods", "dataset": "pflcore list datasets"}
+
+
+def field_help(name: str) -> str:
+    """The help of ``pflcore run --NAME``, made from the config field's spec (the same one that
+    validates it): what it means, what it allows and its default."""
+    from .config import FIELDS
+    from .spec import default_words
+
+    spec = FIELDS[name]
+    allowed = f"see `{_LISTED[name]}`" if name in _LISTED else spec.describe()
+    return f"{spec.doc}: {allowed} (default: {default_words(spec)})".replace("%", "%%")
+
+
+def _field_doc(name: str) -> str:
+    from .config import FIELDS
+
+    return FIELDS[name].doc
+
+
+LISTS = ("methods", "datasets", "partitions", "shifts", "fields", "params")
+
+
+def _list(args: argparse.Namespace) -> int:
+    for plugin in args.plugin:
+        load_plugins([plugin])
+    print(listing(args.what, args.name))
+    return 0
+
+
+def load_plugins(plugins: Sequence[str]) -> list[str]:
+    """``--plugin``: import each file or module and register the methods it defines."""
+    from .algorithms import load_plugin
+
+    names = []
+    for plugin in plugins:
+        names += load_plugin(plugin)
+    return names
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    """Rows of text as aligned columns (the last one left ragged)."""
+    if not rows:
+        return ""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join([*(cell.ljust(w) for cell, w in zip(r, widths)), r[-1]]).rstrip() for r in rows)
+
+
+def _first_sentence(text: str | None, limit: int = 100) -> str:
+    """The first sentence of a docstring, cut to ``limit`` characters (one line of a listing)."""
+    text = " ".join((text or "").split())
+    end = text.find(". ")
+    text = text if end < 0 else text[:end + 1]
+    return text if len(text) <= limit else text[:limit - 3].rstrip(" ,;:") + "..."
+
+
+def _fields_table(fields: dict) -> str:
+    from .spec import default_words
+
+    return _columns([("name", "default", "allowed", "meaning")] + [
+        (name, default_words(spec), spec.describe() + (f" ({spec.why})" if spec.why else ""), spec.doc)
+        for name, spec in fields.items()])
+
+
+def listing(what: str, name: str | None = None) -> str:
+    """The text of ``pflcore list WHAT [NAME]``: one line per method, dataset, partition kind,
+    shift or config field, or (``params NAME``) the parameters of a method, partition kind or
+    shift with their defaults, what they allow and what they mean (from the specs that check them)."""
+    import inspect
+
+    from .errors import ConfigError
+    from .spec import did_you_mean
+
+    if what != "params" and name is not None:
+        raise ConfigError(f"pflcore list {what} takes no name ({name!r}); for the parameters of one method, "
+                          f"`pflcore list params {name}`.")
+    if what == "methods":
+        from .algorithms import ALGORITHMS
+        from .papers import display_name
+
+        rows = [(n, display_name(n), _first_sentence(inspect.getmodule(cls).__doc__ or cls.__doc__ or cls.paper))
+                for n, cls in sorted(ALGORITHMS.items())]
+        return (_columns([("method", "name", "what it is")] + rows)
+                + "\n\nA method's parameters: pflcore list params METHOD (set them with --set method_params.NAME=VALUE).")
+    if what == "datasets":
+        from .data.sources import DATASETS
+        from .papers import display_name
+
+        return (_columns([("dataset", "name")] + [(d, display_name(d) if d != "pfllib" else "a PFLlib folder "
+                                                   "(data_root: clients already split)") for d in DATASETS])
+                + "\n\nWhere each is found or downloaded from: docs/data.md.")
+    if what == "partitions":
+        from .data.partition import KINDS
+
+        return (_columns([("kind", "parameters", "what it is")] + [
+            (k, ", ".join(kind.params), kind.doc) for k, kind in KINDS.items()])
+            + "\n\nA kind's parameters: pflcore list params KIND; in a config, partition: {kind: KIND, ...}.")
+    if what == "shifts":
+        from .data.shifts import PARAMETERS, SHIFTS
+
+        return (_columns([("kind", "parameters", "what it is")] + [
+            (k, ", ".join(PARAMETERS[k]), doc) for k, doc in SHIFTS.items()])
+            + "\n\nA shift's parameters: pflcore list params KIND; in a config, shift: {kind: KIND, ...}.")
+    if what == "fields":
+        from .config import FIELDS
+
+        return _fields_table(dict(FIELDS)) + "\n\nSet one with --set NAME=VALUE or a line NAME: VALUE in the config file."
+    # params NAME
+    from .algorithms import ALGORITHMS
+    from .data.partition import KINDS, SUBSAMPLE
+    from .data.shifts import PARAMETERS
+
+    if not name:
+        raise ConfigError("pflcore list params needs a NAME: a method (pflcore list methods), a partition kind "
+                          "(pflcore list partitions) or a shift (pflcore list shifts), e.g. pflcore list params fedprox.")
+    if name in ALGORITHMS:
+        method = ALGORITHMS[name]
+        head = f"{name} ({method.paper})" if method.paper else name
+        if not method.hyperparams:
+            return f"{head} has no parameters."
+        return (f"{head}: set with --set method_params.NAME=VALUE, or method_params: {{NAME: VALUE}} in the config\n"
+                + _fields_table(dict(method.hyperparams)))
+    if name in KINDS:
+        return (f"partition kind {name} ({KINDS[name].doc}): partition: {{kind: {name}, NAME: VALUE}} or "
+                f"--set partition.NAME=VALUE\n" + _fields_table({**KINDS[name].params, "subsample": SUBSAMPLE}))
+    if name in PARAMETERS:
+        return f"shift {name}: shift: {{kind: {name}, NAME: VALUE}}\n" + _fields_table(dict(PARAMETERS[name]))
+    known = sorted({*ALGORITHMS, *KINDS, *PARAMETERS})
+    raise ConfigError(f"{name!r} is neither a method, a partition kind nor a shift{did_you_mean(name, known)}; "
+                      f"pflcore list methods, partitions or shifts shows them.")
+
+
 # ---------------------------------------------------------------------- pflcore run
 def _workers(text: str) -> int | str:
     """--workers: 'auto' (one process per core), 'vectorised' or a number (0 = in this process)."""
@@ -185,6 +345,7 @@ def _run(args: argparse.Namespace) -> int:
     from .engine import run
     from .errors import ConfigError
 
+    load_plugins(args.plugin)  # before the config is checked: it may name their methods
     values: dict = read_config_file(args.config) if args.config else {}
     for flag in ("method", "dataset", "rounds", "num_clients", "seed", "output_dir", "name", "workers"):
         if getattr(args, flag) is not None:
@@ -196,11 +357,15 @@ def _run(args: argparse.Namespace) -> int:
     if "method" not in values:
         where = f"config file {args.config!r} names" if args.config else "the command names"
         raise ConfigError(f"{where} no method: add 'method: NAME' to the file, --method NAME or --set method=NAME "
-                          "(pflcore.algorithms.ALGORITHMS lists the methods).")
+                          "(pflcore list methods shows them).")
     config = ExperimentConfig.from_dict(values)
     target = Path(config.output_dir) / config.run_name()
     print(f"pflcore run: {config.method} on {config.dataset}, {config.num_clients} clients, {config.rounds} rounds "
           f"-> {target}", file=sys.stderr)
+    loaded = not args.overwrite and _finished(target)
+    if loaded:
+        print(f"pflcore run: {target} holds this run, finished: loading it, not training (--overwrite trains it "
+              f"again)", file=sys.stderr)
     try:
         result = run(config, overwrite=args.overwrite)
     except KeyboardInterrupt:
@@ -212,17 +377,28 @@ def _run(args: argparse.Namespace) -> int:
         what = os_problem(exc).rstrip(".")
         where = what if exc.filename else f"{target}: {what} writing the run's files"
         raise RunStopped(f"{where}; once that is fixed, {_resume_hint(target)}") from exc
-    print(json.dumps(result.summary, indent=1) if args.json else run_report(result.summary, result.path))
+    print(json.dumps(result.summary, indent=1) if args.json else run_report(result.summary, result.path, loaded))
     return 0
 
 
-def run_report(summary: dict, path: str | Path) -> str:
+def _finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a finished run (its summary says so)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("status") == "finished"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_report(summary: dict, path: str | Path, loaded: bool = False) -> str:
     """The lines ``pflcore run`` ends with, for a person: method and dataset, final and best
-    accuracy (mean over clients, in percent), the time and where the run is (``--json``: the summary as JSON)."""
+    accuracy (mean over clients, in percent), the time and where the run is (``--json``: the summary as JSON).
+    ``loaded``: the run had finished before and was read from disk, not trained (the time is the first run's)."""
     def minutes(seconds: float) -> str:
         return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
 
     status = summary.get("status", "finished")
+    if loaded:
+        status += "; loaded from disk, not trained again"
     lines = [f"{summary['method']} on {summary['dataset']}, {summary.get('num_clients', '?')} clients: "
              f"{summary['rounds']} rounds in {minutes(float(summary.get('seconds', 0.0)))} ({status})",
              f"accuracy, mean over clients: final {summary['acc_mean']:.2f}% (std {summary['acc_std']:.2f}), "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import ConfigError, shorten
-from .spec import UNSET, Field, Refusal, first_refusal, is_int, is_number, markdown_table
+from .spec import UNSET, Field, Refusal, did_you_mean, first_refusal, is_int, is_number, markdown_table
 
 if TYPE_CHECKING:
     from .data.sources import TextShape
@@ -86,7 +86,8 @@ def _partition_problem(partition: dict) -> str | None:
     from .data.partition import KINDS
 
     if not isinstance(partition.get("kind"), str) or partition["kind"] not in KINDS:
-        return f"it must be a mapping whose 'kind' is one of {sorted(KINDS)}"
+        return (f"it must be a mapping whose 'kind' is one of {sorted(KINDS)}"
+                f"{did_you_mean(partition.get('kind'), sorted(KINDS))}")
     return None
 
 
@@ -195,8 +196,9 @@ class ExperimentConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = [k for k in values if k not in names]
         if unknown:
-            raise ConfigError(f"unknown config field {shorten(min(unknown, key=str))}; allowed fields are "
-                              f"{sorted(names)}.")
+            first = min(unknown, key=str)
+            raise ConfigError(f"unknown config field {shorten(first)}{did_you_mean(first, sorted(names))}; allowed "
+                              f"fields are {sorted(names)}.")
         cfg = cls(**dict(values))
         cfg.validate()
         return cfg
@@ -356,7 +358,7 @@ def reference_page() -> str:
     for name, doc in SHIFTS.items():
         parts += [f"### `{name}`\n", f"{doc[0].upper()}{doc[1:]}.\n", markdown_table(PARAMETERS[name])]
     parts += ["## Method parameters\n", "`method_params: {<parameter>: value}` for the config's `method`.\n"]
-    for name in sorted(ALGORITHMS):
+    for name in sorted(n for n, m in ALGORITHMS.items() if m.__module__.startswith("pflcore.")):  # not plugins
         method = ALGORITHMS[name]
         parts += [f"### `{name}`\n", *([f"{method.paper}.\n"] if method.paper else []),
                   markdown_table(method.hyperparams) if method.hyperparams else "No parameters.\n"]

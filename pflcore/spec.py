@@ -15,6 +15,7 @@ can declare its fields with it.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import sys
 from dataclasses import dataclass
@@ -63,6 +64,15 @@ _TYPES: dict[type, tuple[Callable[[Any], bool], str, str]] = {
     dict: (lambda v: isinstance(v, dict), "a mapping", "mappings"),
     object: (lambda v: True, "any value", "values"),
 }
+
+
+def did_you_mean(name: Any, options: Sequence[Any]) -> str:
+    """`` (did you mean 'local_epochs'?)`` for a misspelt name close to one of ``options``
+    (:func:`difflib.get_close_matches`), else ``""``: the end of a sentence refusing ``name``."""
+    if not isinstance(name, str) or not name:
+        return ""
+    close = difflib.get_close_matches(name, [o for o in options if isinstance(o, str)], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close and close[0] != name else ""
 
 
 def _number(x: float) -> str:
@@ -159,7 +169,8 @@ class Field:
         if self.also and _among(value, self.also):
             return None
         if self.choices is not None:
-            return None if _among(value, self.choice_list()) else self.allowed()
+            choices = self.choice_list()
+            return None if _among(value, choices) else self.allowed() + did_you_mean(value, choices)
         for kind in self._kinds:
             if not _TYPES[kind][0](value):
                 continue
@@ -282,7 +293,8 @@ def first_refusal(fields: Mapping[str, Field], values: Mapping[str, Any]) -> Ref
 
 def unknown_name(owner: str, name: Any, fields: Mapping[str, Field]) -> str:
     """The sentence for a parameter ``owner`` does not have."""
-    return f"{owner} has no parameter {shorten(name)}; its parameters are {sorted(fields) or 'none'}."
+    return (f"{owner} has no parameter {shorten(name)}{did_you_mean(name, list(fields))}; its parameters are "
+            f"{sorted(fields) or 'none'}.")
 
 
 def missing_name(owner: str, name: str, spec: Field) -> str:
@@ -291,7 +303,8 @@ def missing_name(owner: str, name: str, spec: Field) -> str:
 
 
 # ------------------------------------------------------------------------ documentation
-def _default_words(spec: Field) -> str:
+def default_words(spec: Field) -> str:
+    """A field's default as a config file writes it (``0.01``, ``true``, ``null``, ``required``)."""
     if spec.required:
         return "required"
     if spec.default is None:
@@ -316,9 +329,10 @@ def markdown_table(fields: Mapping[str, Field]) -> str:
         allowed = spec.describe()
         if spec.why:
             allowed += f" ({spec.why})"
-        rows.append(f"| `{name}` | {_cell(allowed)} | `{_cell(_default_words(spec))}` | {_cell(spec.doc)} |")
+        rows.append(f"| `{name}` | {_cell(allowed)} | `{_cell(default_words(spec))}` | {_cell(spec.doc)} |")
     return "\n".join(rows) + "\n"
 
 
-__all__ = ["REQUIRED", "UNSET", "Field", "Refusal", "first_refusal", "is_int", "is_number",
+__all__ = ["REQUIRED", "UNSET", "Field", "Refusal", "default_words", "did_you_mean", "first_refusal", "is_int",
+           "is_number",
            "markdown_table", "missing_name", "unknown_name"]

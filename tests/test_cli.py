@@ -22,8 +22,11 @@ def test_run_writes_results(tmp_path, capsys):
     # without --json (the finished run is loaded): a few lines for a person
     assert main(["run", str(config), "--output-dir", str(tmp_path / "res"), "--name", "cli",
                  "--set", "partition.s=0.5", "--set", "seed=3", "--quiet"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("fedper on digits, 3 clients: 2 rounds in ") and lines[0].endswith("(finished)")
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0].startswith("fedper on digits, 3 clients: 2 rounds in ")
+    assert lines[0].endswith("(finished; loaded from disk, not trained again)")  # not trained: said so
+    assert "loading it, not training (--overwrite trains it again)" in err
     assert lines[1] == (f"accuracy, mean over clients: final {summary['acc_mean']:.2f}% "
                         f"(std {summary['acc_std']:.2f}), best {summary['best_acc_mean']:.2f}% at round "
                         f"{summary['best_round']}")
@@ -155,3 +158,84 @@ def test_a_saved_notebook_keeps_the_python_version_it_records(tmp_path):
     new = {"type": "notebook", "content": {"metadata": {"language_info": {"version": "3.12.4"}}}}
     keep_python_version(model=new, path="new.ipynb", contents_manager=manager)  # nothing on disk yet
     assert new["content"]["metadata"]["language_info"]["version"] == "3.12.4"
+
+
+# ---------------------------------------------------------------------- the command line explains itself
+def test_every_flag_of_pflcore_run_has_help_made_from_its_field_spec():
+    import argparse
+
+    from pflcore.cli import build_parser
+    from pflcore.config import FIELDS
+
+    parser = build_parser()
+    run = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    for action in run._actions:
+        if action.dest in ("help", "debug_here"):
+            continue
+        assert action.help and action.help != argparse.SUPPRESS, f"pflcore run {action.option_strings}: no help"
+        if action.dest in FIELDS:
+            assert FIELDS[action.dest].doc.split(" (")[0] in action.help, action.dest
+    text = " ".join(run.format_help().split())  # argparse wraps lines
+    assert "a whole number >= 1 (default: 200)" in text  # --rounds, from its spec
+    assert "pflcore list methods" in text and "experiment.yaml" in text
+
+
+def test_list_shows_methods_datasets_partitions_and_a_methods_parameters(capsys):
+    assert main(["list", "methods"]) == 0
+    out = capsys.readouterr().out
+    assert "fedprox" in out and "FedAvg-FT" in out and "pflcore list params METHOD" in out
+    assert all(len(line) < 160 for line in out.splitlines())
+    assert main(["list", "params", "fedprox"]) == 0
+    out = capsys.readouterr().out
+    assert "mu" in out and "0.01" in out and "a finite number >= 0" in out and "method_params" in out
+    assert main(["list", "datasets"]) == 0 and "Fashion-MNIST" in capsys.readouterr().out
+    assert main(["list", "partitions"]) == 0 and "pathological" in capsys.readouterr().out
+    assert main(["list", "params", "dominant"]) == 0 and "samples_per_client" in capsys.readouterr().out
+    assert main(["list", "fields"]) == 0 and "local_epochs" in capsys.readouterr().out
+    assert main(["list", "params", "fedprx"]) == 2
+    assert "did you mean 'fedprox'?" in capsys.readouterr().err
+    assert main(["list", "params"]) == 2 and "needs a NAME" in capsys.readouterr().err
+
+
+def test_a_misspelt_key_or_name_gets_did_you_mean(tmp_path, capsys):
+    assert main(["run", "--method", "fedavg", "--set", "local_epoch=2", "--output-dir", str(tmp_path)]) == 2
+    assert "unknown config field 'local_epoch' (did you mean 'local_epochs'?)" in capsys.readouterr().err
+    assert main(["run", "--method", "fedprx", "--output-dir", str(tmp_path)]) == 2
+    assert "(did you mean 'fedprox'?)" in capsys.readouterr().err
+    assert main(["run", "--method", "fedprox", "--set", "method_params.muu=1", "--output-dir", str(tmp_path)]) == 2
+    assert "has no parameter 'muu' (did you mean 'mu'?)" in capsys.readouterr().err
+    assert main(["run", "--method", "fedavg", "--set", "partition.kind=dominat", "--output-dir", str(tmp_path)]) == 2
+    assert "(did you mean 'dominant'?)" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_piped_progress_is_one_plain_line_per_round(tmp_path, capsys):
+    config = tmp_path / "exp.yaml"
+    config.write_text("method: fedavg\ndataset: digits\nmodel: mlp\nnum_clients: 2\nrounds: 3\nlocal_epochs: 1\n"
+                      "workers: 0\npartition: {kind: iid, samples_per_client: 30}\n")
+    assert main(["run", str(config), "--output-dir", str(tmp_path / "res")]) == 0  # stderr is captured: not a TTY
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    progress = [line for line in err.splitlines() if " rounds in " in line and line.startswith("fedavg digits")]
+    assert [line.split(": ")[1].split(" ")[0] for line in progress] == ["1/3", "2/3", "3/3"]
+
+
+def test_the_shipped_experiment_yaml_parses_and_runs(tmp_path, capsys):
+    """README's `pflcore run experiment.yaml --set partition.s=0.5 --set method_params.mu=0.1`,
+    at a tiny scale."""
+    from pflcore.config import read_config_file
+    from pflcore.notebooks import project_root
+
+    path = project_root() / "experiment.yaml"
+    values = read_config_file(path)
+    assert values["method"] == "fedprox" and values["partition"]["kind"] == "dominant"
+    readme = (project_root() / "README.md").read_text()
+    assert "pflcore run experiment.yaml --set partition.s=0.5 --set method_params.mu=0.1" in readme
+    assert main(["run", str(path), "--set", "partition.s=0.5", "--set", "method_params.mu=0.1",
+                 "--set", "rounds=1", "--num-clients", "2", "--set", "partition.samples_per_client=20",
+                 "--workers", "0", "--output-dir", str(tmp_path), "--quiet", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["method"] == "fedprox" and summary["rounds"] == 1
+    assert main(["run", str(path), "--set", "method=fedrep", "--set", "rounds=1", "--num-clients", "2",
+                 "--set", "partition.samples_per_client=20", "--workers", "0", "--output-dir", str(tmp_path),
+                 "--quiet"]) == 0  # the file's comment: another method with the same file

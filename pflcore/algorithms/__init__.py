@@ -32,12 +32,13 @@ from .pfedfda import PFedFDA
 from .pfedhn import PFedHN
 from .pfedme import PFedMe
 from .scaffold import SCAFFOLD
-from .registry import ALGORITHMS, make_algorithm, register
+from .registry import ALGORITHMS, load_plugin, make_algorithm, register
 
 register(Local, FedAvg, FedAvgFT, FedProx, FedPer, FedRep, LGFedAvg, FedBABU, FedPAC, Ditto, PFedMe, PFedHN, APFL, CCVR,
          FedCP, FedFomo, FedPHP, PerFedAvg, FedAMP, FedRoD, KNNPer, HypCluster, FedEM, FedEMFT, FedProto, FedFA,
          SCAFFOLD, FedDyn, MOON, FedProc, PFedFDA)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Client", "FederationInfo", "Param", "ServerContext", "make_algorithm",
+__all__ = ["ALGORITHMS", "Algorithm", "Client", "FederationInfo", "Param", "ServerContext", "load_plugin",
+           "make_algorithm", "register",
            *[c.__name__ for c in ALGORITHMS.values()]]

@@ -5,7 +5,9 @@ In a Jupyter kernel (JupyterLab, papermill) the bar is an ipywidgets progress ba
 display also carries a plain-text line, rewritten every round. A saved notebook keeps no
 widget state, so JupyterLab shows that line for an executed notebook ("fedavg fmnist:
 200/200 rounds in 95 s, acc 88.20") instead of a bar frozen at "0% 0/3"; a live session
-keeps the widget. Outside a kernel it is tqdm's text bar, cleared when the run ends.
+keeps the widget. Outside a kernel it is tqdm's text bar, cleared when the run ends, in a
+terminal; into a file or a pipe (stderr not a terminal) it is one plain line per round, so a
+log reads as lines rather than carriage-return frames.
 """
 from __future__ import annotations
 
@@ -40,6 +42,15 @@ def progress_line(desc: str, done: int, total: int, seconds: float, postfix: dic
     return f"{desc}: {done}/{total} rounds in {seconds:.0f} s{extra}{tail}"
 
 
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
 class RoundProgress:
     """Iterate over ``rounds`` (a run's remaining round indices) showing progress out of
     ``total``, starting at ``initial`` rounds done; ``set_postfix`` adds accuracy and loss."""
@@ -62,8 +73,20 @@ class RoundProgress:
             return
         if in_notebook_kernel():
             yield from self._notebook()
-        else:
+        elif _stderr_is_terminal():
             yield from self._terminal()
+        else:
+            yield from self._lines()
+
+    def _lines(self) -> Iterator[int]:
+        """One :func:`progress_line` per round on stderr (a log file, a pipe)."""
+        import sys
+
+        for r in self.rounds:
+            yield r
+            self.done += 1
+            print(progress_line(self.desc, self.done, self.total, time.perf_counter() - self._start, self.postfix),
+                  file=sys.stderr, flush=True)
 
     def _terminal(self) -> Iterator[int]:
         from tqdm import tqdm

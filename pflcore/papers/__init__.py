@@ -71,10 +71,21 @@ DATASET_NAMES = {
 
 def display_name(label: str) -> str:
     """A row label or a dataset as a reader expects it: ``"fedavg_ft"`` -> ``"FedAvg-FT"``,
-    ``"hypcluster k=3"`` -> ``"HypCluster k=3"``, ``"fmnist"`` -> ``"Fashion-MNIST"``."""
+    ``"hypcluster k=3"`` -> ``"HypCluster k=3"``, ``"fmnist"`` -> ``"Fashion-MNIST"``. A method
+    missing from :data:`DISPLAY_NAMES` (one of your own) is named by its class's
+    ``display_name`` if it sets one, else by its class name (``class FedXYZ`` -> ``"FedXYZ"``)."""
     method, _, rest = label.partition(" ")
-    name = DISPLAY_NAMES.get(method) or DATASET_NAMES.get(method, method)
+    name = DISPLAY_NAMES.get(method) or DATASET_NAMES.get(method) or _method_class_name(method) or method
     return f"{name} {rest}" if rest else name
+
+
+def _method_class_name(method: str) -> str | None:
+    from ..algorithms.registry import ALGORITHMS
+
+    cls = ALGORITHMS.get(method)
+    if cls is None:
+        return None
+    return getattr(cls, "display_name", None) or cls.__name__
 
 
 def missing_members(dataset: str, data_root: str | None = None, download: bool = False) -> list[str]:
