@@ -439,7 +439,7 @@ def validate(record: Any, path: Path, versions: tuple[int, ...] = (SCHEMA_VERSIO
                           f"version{'s' if len(versions) > 1 else ''} {readable}; rerun it or read it with the "
                           "pflcore that wrote it.")
     for key, kind in REQUIRED.items():
-        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
+        if key not in record or not isinstance(record[key], kind) or isinstance(record[key], bool):
             raise RecordError(f"{path} is a damaged run record: field {key!r} is missing or not a "
                               f"{getattr(kind, '__name__', 'valid value')}.")
     for key in ("acc_mean", "acc_std", "acc_weighted", "best_acc_mean", "best_round", "rounds", "seconds"):
@@ -528,21 +528,17 @@ def _record_home(path: Path, root: str | Path | None) -> Path:
         return path.absolute().parent.resolve()
 
 
-class _Constant(ValueError):
-    """NaN or Infinity in a file: not JSON, and never written by pflcore."""
+class _NotFinite:
+    """NaN or Infinity in a file (not JSON, never written by pflcore), kept until the field is named."""
 
-
-def _refuse_constant(name: str) -> Any:
-    raise _Constant(name)
+    def __init__(self, name: str):
+        self.name = name
 
 
 def parse(data: bytes, path: Path) -> Any:
     """JSON of a record file; one sentence naming the file for anything that is not plain JSON."""
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
-    except _Constant as exc:
-        raise RecordError(f"{path} is a damaged run record: it holds {exc}, which a record never does (it writes a "
-                          "missing number as null).") from None
+        return json.loads(data.decode("utf-8"), parse_constant=_NotFinite)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise RecordError(f"{path} is not a pflcore run record (not valid JSON).") from None
     except RecursionError:
@@ -590,12 +586,29 @@ def _walk(record: dict, path: Path) -> None:
         if isinstance(value, (dict, list)):
             if depth >= MAX_DEPTH:
                 raise _bad(path, _where(entry), f"nests deeper than any run record ({MAX_DEPTH} levels)")
+            if isinstance(value, list) and len(value) > 4 and _plain_numbers(value, MAX_DEPTH - depth):
+                continue  # an array of numbers and nulls (most of a record), checked at once
             items = value.items() if isinstance(value, dict) else enumerate(value)
-            stack.extend((v, entry, k, depth + 1) for k, v in items if isinstance(v, (dict, list, float, int)))
+            stack.extend((v, entry, k, depth + 1) for k, v in items
+                         if isinstance(v, (dict, list, float, int, _NotFinite)))
+        elif isinstance(value, _NotFinite):
+            raise _bad(path, _where(entry), f"is {value.name}, which a record never holds (it writes a missing "
+                                            "number as null)")
         elif isinstance(value, float) and not math.isfinite(value):
             raise _bad(path, _where(entry), f"is {value}, not a finite number")
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
             raise _bad(path, _where(entry), "is an integer larger than any a run record holds")
+
+
+def _plain_numbers(value: list, depth_left: int) -> bool:
+    """Whether ``value`` is a regular nested list of finite numbers of a sane size and nulls."""
+    try:
+        with np.errstate(all="ignore"):
+            arr = np.array(value, dtype=np.float64)  # null -> NaN; a string, mapping or ragged list refuses
+    except (ValueError, TypeError, OverflowError):
+        return False
+    known = arr[~np.isnan(arr)]
+    return arr.ndim < depth_left and not np.isinf(known).any() and not (np.abs(known) > MAX_INT).any()
 
 
 def _where(entry: tuple) -> str:
@@ -670,9 +683,14 @@ def _check_fields(record: dict, path: Path) -> None:
                 raise _bad(path, f"derived_arrays.{name}.{key}", "is not an array pflcore encoded")
     if record["summary"].get("scored_from") is not None and not isinstance(record["summary"]["scored_from"], dict):
         raise _bad(path, "summary.scored_from", "is not a mapping")
-    for key in ("method", "dataset", "status", "accuracy_unit"):
+    for key in ("method", "dataset", "status"):
         if record["summary"].get(key) is not None and not isinstance(record["summary"][key], str):
             raise _bad(path, f"summary.{key}", "is not text")
+    if "accuracy_unit" in record["summary"] and record["summary"]["accuracy_unit"] != "percent":
+        raise _bad(path, "summary.accuracy_unit", "is not 'percent', the unit of every accuracy in a record")
+    for key in ("method", "dataset"):  # the record's name and every page use them
+        if not isinstance(record["config"].get(key), str):
+            raise _bad(path, f"config.{key}", "is missing or not text")
 
 
 def shorten(text: Any, limit: int = 80) -> str:
@@ -710,22 +728,41 @@ def _decodable(entry: Any) -> bool:
     return len(raw) == size and inflate.eof
 
 
+_VALID_CONFIGS: dict[str, str | None] = {}  # a config (without its seed) -> why it is refused, None: valid
+
+
 def _check_fingerprint(record: dict, path: Path) -> Any:
-    """The fingerprint and the seed are those of the config the record holds."""
+    """The fingerprint and the seed are those of the config the record holds, a config this
+    pflcore validates (where it ran is no part of that: it is checked as if on this machine's CPU)."""
     from .config import ExperimentConfig  # the config module builds on this one
 
+    values = dict(record["config"], device="cpu", workers=0)  # neither enters the fingerprint
     try:
-        config = ExperimentConfig.from_dict(record["config"])
+        key = json.dumps({k: v for k, v in values.items() if k != "seed"}, sort_keys=True)
+    except (TypeError, ValueError):
+        raise _bad(path, "config", "is not a config this pflcore runs") from None
+    if key not in _VALID_CONFIGS:  # validating builds the model on the meta device: once per setting
+        try:
+            ExperimentConfig.from_dict(values)
+            _VALID_CONFIGS[key] = None
+        except ValueError as exc:  # ConfigError: a sentence naming the field
+            _VALID_CONFIGS[key] = shorten(str(exc).rstrip("."), 300)
+        except Exception:
+            _VALID_CONFIGS[key] = "it cannot be built"
+        if len(_VALID_CONFIGS) > 4096:
+            _VALID_CONFIGS.pop(next(iter(_VALID_CONFIGS)))
+    if _VALID_CONFIGS[key] is not None:
+        raise _bad(path, "config", f"is not a config this pflcore runs ({_VALID_CONFIGS[key]})")
+    try:
+        config = ExperimentConfig(**record["config"])
         fingerprint = config.fingerprint()
-    except ValueError as exc:  # ConfigError: a sentence naming the field
-        raise _bad(path, "config", f"is not a config this pflcore runs ({shorten(str(exc).rstrip('.'), 300)})") from None
     except Exception:
         raise _bad(path, "config", "is not a config this pflcore runs") from None
     if fingerprint != record["fingerprint"]:
         raise _bad(path, "fingerprint", f"is {record['fingerprint']}, and the config it holds gives {fingerprint}, so "
                                         "the record is not of that config")
-    if config.seed != record["seed"]:
-        raise _bad(path, "seed", f"is {record['seed']}, and its config's seed is {config.seed}")
+    if config.seed != record["seed"] or not _is_int(config.seed):
+        raise _bad(path, "seed", f"is {record['seed']}, and its config's seed is {shorten(config.seed)}")
     return config
 
 
@@ -753,6 +790,9 @@ def _counts(values: Any, field: str, path: Path, n: int) -> np.ndarray:
 def _check_clients(record: dict, path: Path) -> None:
     """The per-client arrays: types, lengths, ranges; final and best are rows of the history."""
     clients = record["clients"]
+    for key in ("best", "test_sizes", "train_sizes"):  # every record pflcore writes has them
+        if key not in clients:
+            raise _bad(path, f"clients.{key}", "is missing")
     final = _accuracies(clients["final"], "clients.final", path)
     n = len(final)
     if n == 0:
@@ -872,6 +912,9 @@ def _check_summary(record: dict, path: Path, config: Any) -> None:
                 raise _bad(path, f"history[{i}].{key}", f"is {history[i][key]:.10g}, and its clients' accuracies "
                                                         f"give {value:.10g}")
     last = history[-1]
+    for key in ("best_acc_weighted", "best_weighted_round", "final_train_loss"):  # every record pflcore writes has them
+        if key not in summary:
+            raise _bad(path, f"summary.{key}", "is missing")
     for key in ("acc_mean", "acc_std", "acc_weighted"):
         if _number(summary, key, path) != last[key]:
             raise _bad(path, f"summary.{key}", f"is {summary[key]:.10g}, and the last round's is {last[key]:.10g}")
