@@ -165,11 +165,48 @@ def install_notebook_filter(root: str | Path, python: str | Path = sys.executabl
     return True
 
 
+#: The kernel's start-up file in the environment (IPython reads ``<sys.prefix>/etc/ipython``).
+KERNEL_CONFIG = Path("etc") / "ipython" / "ipython_kernel_config.py"
+_KERNEL_MARK = "# pflcore: drop ipykernel's plain-TCP notice"
+_KERNEL_FILTER = f"""{_KERNEL_MARK} (written by `pflcore lab --setup`).
+# A kernel started by a manager that provisions no CurveZMQ keys (the `papermill` command, Lab)
+# listens on 127.0.0.1 over plain TCP and says so at every start; that one notice is dropped,
+# every other message of the kernel still shows. pflcore's own runs encrypt the connection
+# instead (pflcore.notebooks._kernel_manager).
+import logging as _logging
+
+
+class _PlainTcpNotice(_logging.Filter):
+    def filter(self, record):
+        return not str(record.msg).startswith("Kernel is running over TCP without encryption")
+
+
+_logging.getLogger("IPKernelApp").addFilter(_PlainTcpNotice())
+"""
+
+
+def kernel_config_path(prefix: str | Path = sys.prefix) -> Path:
+    return Path(prefix) / KERNEL_CONFIG
+
+
+def write_kernel_config(prefix: str | Path = sys.prefix) -> Path | None:
+    """Write the kernel start-up file that drops ipykernel's plain-TCP notice (and nothing else)
+    into the environment; a start-up file of the user's own there is left alone (returns None)."""
+    path = kernel_config_path(prefix)
+    if path.exists() and _KERNEL_MARK not in path.read_text(encoding="utf-8", errors="replace"):
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_KERNEL_FILTER, encoding="utf-8")
+    return path
+
+
 def configure(root: str | Path, prefix: str | Path = sys.prefix, log=print) -> None:
-    """What ``.ci/setup`` and ``pflcore lab`` do before Lab starts: the no-news default and the
-    post-save hook in the environment, the notebook git filter in the clone."""
+    """What ``.ci/setup`` and ``pflcore lab`` do before Lab starts: the no-news default, the
+    post-save hook and the kernel's start-up file in the environment, the notebook git filter
+    in the clone."""
     write_lab_overrides(prefix)
     write_server_config(prefix)
+    write_kernel_config(prefix)
     if not install_notebook_filter(root):
         log(f"pflcore lab: {root} is not a git clone, so no git filter was installed (nothing to keep clean).")
 

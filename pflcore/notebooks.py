@@ -86,26 +86,90 @@ def preset_changes(preset_values: dict, smoke: dict, namespace: dict, given: set
     return changes
 
 
-def check_parameter_types(notebook: str, smoke: dict, namespace: dict) -> None:
-    """Refuse, in the parameter's own terms, a notebook parameter whose value is not of the
-    kind its smoke preset gives it (a list, a mapping, true/false, a number): papermill's
-    ``-p methods fedavg`` passes the text 'fedavg' where a list of methods belongs."""
-    from .errors import ConfigError, shorten
-
-    kinds = (("true or false", (bool,)), ("a list", (list, tuple)), ("a mapping", (dict,)), ("a number", (int, float)))
-    for name, example in smoke.items():
-        value = namespace.get(name)
-        if value is None or example is None or name not in namespace:
-            continue
-        for words, types in kinds:
-            if isinstance(example, types):
-                if not isinstance(value, types) or (types != (bool,) and isinstance(value, bool)):
-                    hint = {"a list": f" (papermill: -y '{name}: [a, b]')",
-                            "a mapping": f" (papermill: -y '{name}: {{key: value}}')"}.get(words, "")
-                    raise ConfigError(f"notebook parameter {name!r} = {shorten(value)} is not allowed: it must be "
-                                      f"{words}, like the smoke preset's {shorten(example)} in params/{notebook}/"
-                                      f"smoke.yaml{hint}.")
+def declared_parameters(notebook: str, namespace: dict | None = None, root: Path | None = None) -> dict:
+    """The defaults of a notebook's parameters cell (the literal ones, as papermill reads
+    them): from the committed notebook whose preset folder is ``notebook``
+    (``"fedpac/t2_ablation"`` -> ``notebooks/fedpac/t2_ablation.ipynb``, a leading ``NN_``
+    allowed), or, for a notebook copied out of the project, from the first cell this kernel ran
+    (IPython's ``In``). Each parameter is checked against the kind of its default
+    (:func:`check_parameter_types`), whatever preset sets it."""
+    sources = []
+    if root is not None:
+        folder, _, stem = notebook.rpartition("/")
+        candidates = sorted((root / "notebooks" / folder).glob("*.ipynb")) if (root / "notebooks" / folder).is_dir() \
+            else []
+        for path in candidates:
+            if re.sub(r"^\d+_", "", path.stem) == stem:
+                cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+                sources = ["".join(c.get("source", "")) for c in cells
+                           if "parameters" in c.get("metadata", {}).get("tags", [])]
                 break
+    if not sources:  # out of the project, or not found: the first cell of this kernel
+        sources = [src for src in (namespace or {}).get("In") or () if isinstance(src, str) and src.strip()][:1]
+    declared = {}
+    for source in sources[:1]:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    declared[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:  # not a literal (an expression): its kind is unknown, not checked
+                    continue
+    return declared
+
+
+def _kind_words(example) -> tuple[str, tuple] | None:
+    for words, types in (("true or false", (bool,)), ("a list", (list, tuple)), ("a mapping", (dict,)),
+                         ("a number", (int, float)), ("text", (str,))):
+        if isinstance(example, types):
+            return words, types
+    return None
+
+
+def check_parameter_types(notebook: str, declared: dict, namespace: dict, choices: dict | None = None,
+                          source: str = "") -> None:
+    """Refuse, in the parameter's own terms and before any work, a notebook parameter whose
+    value is not of the kind of its default in the parameters cell (``declared``: a list, a
+    mapping, true/false, a number, text), or (``choices``: parameter -> allowed values, a
+    paper module's :data:`NOTEBOOK_CHOICES`) names something not allowed: papermill's
+    ``-p variants Both`` passes the text 'Both' where a list of variants belongs."""
+    from .errors import ConfigError, shorten
+    from .spec import did_you_mean
+
+    where = source or "the parameters cell"
+    for name, example in declared.items():
+        if name not in namespace or example is None:
+            continue
+        value = namespace[name]
+        if value is None:
+            continue
+        kind = _kind_words(example)
+        if kind is None:
+            continue
+        words, types = kind
+        if not isinstance(value, types) or (types != (bool,) and isinstance(value, bool)):
+            hint = ""
+            if words == "a list":
+                items = ", ".join(map(str, example[:2])) if example else "a, b"
+                hint = (f"; give a list, e.g. papermill -y '{name}: [{items}]' or pflcore notebooks -p {name} "
+                        f"'[{items}]'" + (" (papermill's -p passes its value as text, -y reads YAML)"
+                                          if isinstance(value, str) and value.lstrip().startswith("[") else ""))
+            elif words == "a mapping":
+                hint = f" (papermill: -y '{name}: {{key: value}}')"
+            raise ConfigError(f"notebook parameter {name!r} = {shorten(value)} is not allowed: it must be {words}, "
+                              f"like {where}'s {shorten(example)} in {notebook}{hint}.")
+        allowed = (choices or {}).get(name)
+        if allowed is None:
+            continue
+        allowed = list(allowed)
+        for item in (value if isinstance(value, (list, tuple)) else [value]):
+            if not any(type(item) is type(a) and item == a for a in allowed):
+                what = "each item" if isinstance(value, (list, tuple)) else "it"
+                raise ConfigError(f"notebook parameter {name!r} = {shorten(value)} is not allowed: {what} must be "
+                                  f"one of {allowed}, and {shorten(item)} is not{did_you_mean(item, allowed)}.")
 
 
 def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
@@ -141,7 +205,8 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
                 kept.append(name)  # changed from the smoke value by the user: theirs wins
         else:
             namespace[name] = value
-    check_parameter_types(notebook, smoke, namespace)
+    declared = {**smoke, **declared_parameters(notebook, namespace, root)}  # the cell's defaults first
+    check_parameter_types(notebook, declared, namespace, notebook_choices(notebook))
     for name in PATH_PARAMETERS:
         if isinstance(namespace.get(name), (str, Path)):
             namespace[name] = str(project_path(namespace[name]))
@@ -157,6 +222,22 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
     log(f"preset {preset!r} (params/{notebook}/{preset}.yaml)" + (f"; kept your {', '.join(kept)}" if kept else "")
         + (f": {where}" if where else ""))
     return {n: namespace.get(n) for n in chosen}
+
+
+def notebook_choices(notebook: str) -> dict:
+    """The allowed values of a paper notebook's parameters that name rows of a table
+    (``{"variants": [...]}`` for ``fedpac/t2_ablation``): the paper module's
+    ``NOTEBOOK_CHOICES[name]`` (``pflcore/papers/<paper>.py``); empty where it declares none."""
+    import importlib
+
+    paper, _, name = notebook.rpartition("/")
+    if not paper or not re.fullmatch(r"[a-z0-9_]+", paper):
+        return {}
+    try:
+        module = importlib.import_module(f"pflcore.papers.{paper}")
+    except ImportError:
+        return {}
+    return dict(getattr(module, "NOTEBOOK_CHOICES", {}).get(name, {}))
 
 
 def papermill_parameters(namespace: dict) -> set[str]:
@@ -394,10 +475,20 @@ def notebook_parameters(notebook: Path) -> set[str]:
 
 
 def _kernel_manager(stderr):
-    """A kernel manager class whose kernels write their own stderr to ``stderr`` (a file)."""
+    """A kernel manager class whose kernels write their own stderr to ``stderr`` (a file) and
+    talk to it over CurveZMQ-encrypted TCP where the kernel supports it (jupyter_client's
+    ``transport_encryption = "auto"``: the manager provisions the keys when the kernelspec
+    declares ``supported_encryption: curve``, as ipykernel 7's does), so ipykernel has no
+    "running over TCP without encryption" warning to give."""
+    import zmq
     from jupyter_client.manager import AsyncKernelManager
 
     class KernelManager(AsyncKernelManager):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            if zmq.has("curve") and "transport_encryption" in self.trait_names():
+                self.transport_encryption = "auto"
+
         async def start_kernel(self, **kw):
             kw.setdefault("stderr", stderr)
             return await super().start_kernel(**kw)
@@ -408,12 +499,13 @@ def _kernel_manager(stderr):
 def execute(notebook: Path, target: Path, parameters: dict, cwd: Path, kernel: str = "python3") -> None:
     """Execute ``notebook`` with papermill into ``target``, working directory ``cwd``.
 
-    What a cell prints goes into the executed copy, as always. The kernel's own messages do not
-    reach the user's terminal: its log (TCP on 127.0.0.1 without encryption, 'KeyboardInterrupt
-    caught' as it shuts down) is silenced, and its stderr goes to a temporary file, because a kernel
-    can write there after the notebook has run (libzmq's 'Assertion failed: pfd.revents & POLLIN'
-    as its sockets close). A cell's error still fails the notebook. If the kernel itself fails
-    (it dies, or does not start), the last line it wrote is added to the error."""
+    What a cell prints goes into the executed copy, as always. The kernel's connection is
+    encrypted (:func:`_kernel_manager`), so it does not warn about plain TCP. Its own stderr
+    (its log, 'KeyboardInterrupt caught' as it shuts down) goes to a temporary file rather than the
+    user's terminal, because a kernel can write there after the notebook has run (libzmq's
+    'Assertion failed: pfd.revents & POLLIN' as its sockets close). A cell's error still fails the
+    notebook. If the kernel itself fails (it dies, or does not start), the last line it wrote is
+    added to the error."""
     import tempfile
 
     import papermill
@@ -422,8 +514,7 @@ def execute(notebook: Path, target: Path, parameters: dict, cwd: Path, kernel: s
         try:
             papermill.execute_notebook(str(notebook), str(target), parameters=parameters, cwd=str(cwd),
                                        kernel_name=kernel, progress_bar=False,
-                                       kernel_manager_class=_kernel_manager(stderr),
-                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+                                       kernel_manager_class=_kernel_manager(stderr))
         except papermill.PapermillExecutionError:
             raise
         except Exception as exc:
@@ -467,6 +558,11 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
     if unknown:
         raise ValueError(f"no selected notebook has a parameter {', '.join(map(repr, unknown))} in its "
                          f"parameters cell, so -p {unknown[0]} would change nothing.")
+    for nb in selected:  # -p values of the wrong kind: one sentence before any notebook runs
+        chosen = {n: v for n, v in (parameters or {}).items() if n in defined.get(nb, ())}
+        if chosen:
+            key = str(params_path(nb, root, preset).parent.relative_to(root / "params"))
+            check_parameter_types(key, declared_parameters(key, root=root), chosen, notebook_choices(key))
     recorded = read_durations(root).get(preset, {})
     todo = [str(nb.relative_to(root)) for nb in selected]
     total = len(selected)

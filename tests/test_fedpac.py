@@ -202,5 +202,7 @@ def test_every_fedpac_table_row_names_a_method_or_is_reported_missing():
     assert status["ditto"] == "not run" and status["apfl"] == "not run"
     status = {row["method"]: row["status"] for row in _missing_rows({}, fedpac.FEDPAC_TABLE4["fmnist"][20])}
     assert status["hypcluster k=5"] == "not run"
-    # free-text rows (an ablation's) are listed too, never an error
-    assert _missing_rows({}, {"w.o. cs": 43.76})[0]["status"] == "not implemented yet"
+    # free-text rows are listed too, never an error: an ablation's row pflcore runs is "not run" (issue 78)
+    assert _missing_rows({}, {"w.o. cs": 43.76})[0]["status"] == "not run"
+    assert _missing_rows({}, {"w FA": 89.74})[0]["status"] == "not run"
+    assert _missing_rows({}, {"w.o. something else": 1.0})[0]["status"] == "not implemented yet"

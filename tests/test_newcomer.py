@@ -93,3 +93,127 @@ def test_a_plugin_is_refused_in_one_sentence(tmp_path, clean_registry):
 def test_the_readme_says_how_to_run_your_own_method():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "--plugin" in readme and "docs/your_method.md" in readme
+
+
+# ---------------------------------------------------------------------- every notebook parameter checked
+def test_a_notebook_parameter_of_the_wrong_kind_is_refused_before_any_notebook_runs(monkeypatch, capsys):
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a notebook was executed"))
+    assert main(["notebooks", "--only", "t2_ablation", "-p", "variants", "Both"]) == 2
+    err = capsys.readouterr().err
+    assert "notebook parameter 'variants' = 'Both' is not allowed: it must be a list" in err
+    assert "pflcore notebooks -p variants '[None, w FA]'" in err and len(err.strip().splitlines()) == 1
+    assert main(["notebooks", "--only", "t2_ablation", "-p", "variants", "[None, both]"]) == 2
+    assert "each item must be one of ['None', 'w FA', 'w CC', 'Both'], and 'both' is not (did you mean 'Both'?)" \
+        in capsys.readouterr().err
+    assert main(["notebooks", "--only", "00_quickstart", "-p", "rounds", "many"]) == 2  # not in any preset's terms
+    assert "'rounds' = 'many' is not allowed: it must be a number" in capsys.readouterr().err
+
+
+def test_the_kernel_checks_every_parameter_of_the_cell_not_only_the_presets():
+    """papermill -p variants '["None","Both"]' gives the kernel the text; use_preset refuses it
+    by the parameters cell's default (the smoke preset does not name variants)."""
+    from pflcore.errors import ConfigError
+    from pflcore.notebooks import declared_parameters, use_preset
+
+    smoke = (ROOT / "params" / "fedpac" / "t2_ablation" / "smoke.yaml").read_text()
+    assert "variants" not in smoke
+    declared = declared_parameters("fedpac/t2_ablation", root=ROOT)
+    assert declared["variants"] == ["None", "w FA", "w CC", "Both"] and declared["preset"] == "smoke"
+    namespace = {**declared, "variants": '["None","Both"]'}
+    with pytest.raises(ConfigError, match=r"""'variants' = '\["None","Both"\]' is not allowed: it must be a list.*"""
+                                          r"""papermill's -p passes its value as text, -y reads YAML"""):
+        use_preset("fedpac/t2_ablation", "smoke", namespace, log=lambda *_: None)
+    use_preset("fedpac/t2_ablation", "smoke", {**declared, "variants": ["None", "Both"]}, log=lambda *_: None)
+
+
+def test_every_preset_gives_each_parameter_the_kind_of_its_default():
+    """The check never refuses a shipped preset."""
+    import yaml
+
+    from pflcore.notebooks import check_parameter_types, declared_parameters, discover, notebook_choices, params_path
+
+    for nb in discover(ROOT):
+        key = str(params_path(nb, ROOT, "smoke").parent.relative_to(ROOT / "params"))
+        declared = declared_parameters(key, root=ROOT)
+        assert declared, f"{nb}: no parameters cell found for {key}"
+        for preset in ("smoke", "paper"):
+            path = params_path(nb, ROOT, preset)
+            if path.exists():
+                check_parameter_types(key, declared, yaml.safe_load(path.read_text()) or {}, notebook_choices(key))
+
+
+def test_rows_of_an_ablation_not_run_say_not_run():
+    from pflcore.analysis import results_table, seeds_table
+    from pflcore.papers.fedcp import FEDCP_TABLE1
+    from pflcore.papers.fedpac import FEDPAC_TABLE2
+
+    assert set(results_table({}, paper=FEDPAC_TABLE2["fmnist"])["status"]) == {"not run"}
+    assert set(seeds_table({}, paper=FEDCP_TABLE1)["status"]) == {"not run"}
+
+
+# ---------------------------------------------------------------------- kernels without the plain-TCP notice
+def tiny_notebook(path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import logging\nlogging.getLogger('IPKernelApp').warning('a real one')\n"
+                                          "print(x)")]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_pflcore_starts_kernels_over_an_encrypted_connection(tmp_path):
+    import tempfile
+
+    import papermill
+
+    from pflcore.notebooks import _kernel_manager
+
+    with tempfile.TemporaryFile("w+") as stderr:
+        papermill.execute_notebook(str(tiny_notebook(tmp_path / "nb.ipynb")), str(tmp_path / "out.ipynb"),
+                                   parameters={"x": 2}, kernel_name="python3", progress_bar=False,
+                                   kernel_manager_class=_kernel_manager(stderr))
+        stderr.seek(0)
+        said = stderr.read()
+    assert "without encryption" not in said
+    assert "2" in json.dumps(json.loads((tmp_path / "out.ipynb").read_text())["cells"][-1]["outputs"])
+
+
+def test_the_papermill_command_prints_no_plain_tcp_notice_but_other_kernel_messages(tmp_path):
+    """`pflcore lab --setup` (what .ci/setup runs) writes the kernel's start-up file into the environment."""
+    import subprocess
+    from pathlib import Path
+
+    from pflcore.lab import write_kernel_config
+
+    path = write_kernel_config()
+    assert path is not None and path.parent == Path(sys.prefix) / "etc" / "ipython"
+    done = subprocess.run([str(Path(sys.executable).with_name("papermill")), str(tiny_notebook(tmp_path / "nb.ipynb")),
+                           str(tmp_path / "out.ipynb"), "--no-progress-bar"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "without encryption" not in done.stderr
+
+
+def test_the_kernel_filter_drops_only_the_plain_tcp_notice(tmp_path):
+    import logging
+
+    from pflcore.lab import kernel_config_path, write_kernel_config
+
+    path = write_kernel_config(tmp_path)
+    assert path == kernel_config_path(tmp_path)
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    drop = namespace["_PlainTcpNotice"]()
+
+    def record(msg):
+        return logging.LogRecord("IPKernelApp", logging.WARNING, __file__, 1, msg, None, None)
+
+    assert not drop.filter(record("Kernel is running over TCP without encryption. All communication ..."))
+    assert drop.filter(record("Failed to load connection file: 'x'"))
+    (tmp_path / "etc" / "ipython" / "ipython_kernel_config.py").write_text("c = get_config()\n")  # the user's own
+    assert write_kernel_config(tmp_path) is None

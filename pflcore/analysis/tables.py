@@ -90,10 +90,16 @@ def seeds_table(results: Mapping[str, Sequence[RunResult]], paper: Mapping[str, 
 def _missing_rows(results: Mapping[str, object], paper: Mapping[str, float] | None) -> list[dict]:
     """The paper's rows that were not run: "not run" for a method pflcore has, else "not
     implemented yet" (tables list them, never drop them)."""
+    from ..papers import runnable_rows
+
+    variants = runnable_rows()  # an ablation's rows ("w FA", "w.o. cs"): pflcore runs them
+
     def implemented(label: str) -> bool:  # a "method name=value" label of a registered method
+        if label in variants:
+            return True
         try:
             return split_label(label)[0] in ALGORITHMS
-        except ValueError:  # a free-text row (an ablation's "w.o. cs")
+        except ValueError:  # a free-text row not among them
             return False
 
     return [{"method": label, "paper": value, "status": "not run" if implemented(label) else "not implemented yet"}

@@ -88,6 +88,21 @@ def _method_class_name(method: str) -> str | None:
     return getattr(cls, "display_name", None) or cls.__name__
 
 
+def runnable_rows() -> set[str]:
+    """The table rows pflcore runs that are not method labels (FedPAC Table 2's "w FA", FedCP
+    Table 1's "w.o. cs"): every value a paper module's ``NOTEBOOK_CHOICES`` allows. A table
+    marks such a row "not run", never "not implemented yet", when a notebook runs a subset."""
+    import importlib
+
+    rows: set[str] = set()
+    for paper in ("fedpac", "fedcp", "fedfa", "pfedfda"):
+        module = importlib.import_module(f"{__name__}.{paper}")
+        for parameters in getattr(module, "NOTEBOOK_CHOICES", {}).values():
+            for allowed in parameters.values():
+                rows.update(a for a in allowed if isinstance(a, str))
+    return rows
+
+
 def missing_members(dataset: str, data_root: str | None = None, download: bool = False) -> list[str]:
     """The members of a multi-domain dataset (``"digit5"``: Mixed Digits' five) that load neither
     from ``data_root`` nor from the usual places (nor, with ``download``, from the web): the
@@ -101,4 +116,5 @@ def missing_members(dataset: str, data_root: str | None = None, download: bool =
     return missing
 
 
-__all__ = ["DATASET_NAMES", "DISPLAY_NAMES", "display_name", "join_label", "missing_members", "split_label"]
+__all__ = ["DATASET_NAMES", "DISPLAY_NAMES", "display_name", "join_label", "missing_members", "runnable_rows",
+           "split_label"]

@@ -68,6 +68,10 @@ FEDPAC_ABLATION = {
     "Both": {},
 }
 
+#: The allowed values of notebook parameters that name table rows, by notebook
+#: (:func:`pflcore.notebooks.notebook_choices`): checked before any run starts.
+NOTEBOOK_CHOICES = {"t2_ablation": {"variants": list(FEDPAC_ABLATION)}}
+
 
 # --------------------------------------------------------------------- reported numbers
 
