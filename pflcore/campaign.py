@@ -13,10 +13,12 @@ FedFA Figure 4 run with the feature probe also gives Table 2's record of the run
 
     python -m pflcore.campaign status          # seeds recorded per row, what remains, the seconds left
     python -m pflcore.campaign next [--count N] [--first KEY] [--no-commit]
+    python -m pflcore.campaign check KEY...    # dry run: the notebook builds the entry's runs, trains none
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -184,6 +186,23 @@ STAGES = (
     "FedFA Table 2's label-skew columns whole: FedProx, FedDyn, MOON and FedProc under #C=2, Dir(0.1) and "
     "Dir(0.5) to three seeds",
     "FedFA Table 2's IID column, all six rows, three seeds",
+    "FedPAC Table 2's ablation as a three-seed table: seeds 1 and 2 of None, w FA and w CC (Both is FedPAC "
+    "itself, the same config as Table 1's FedPAC run: its records serve, by fingerprint)",
+    "FedCP Table 2 practical MNIST, its seven missing rows (FedProx, Per-FedAvg, pFedMe, FedAMP, FedPer, FedFomo, "
+    "FedPHP) at one seed, so that the claim is checked against all eleven baselines (preliminary, n = 1)",
+    "the same seven rows' seeds 1 and 2",
+    "FedCP Table 2's pathological MNIST column (PFLlib's two-classes-per-client scheme on the same 70,000 MNIST "
+    "images: fedcp_config's setting 'pathological'), all twelve rows at one seed",
+    "the pathological column's seeds 1 and 2",
+    "FedPAC Table 1's Fashion-MNIST 100-client column (rate 0.3, every client in the last round), one seed per row",
+    "the 100-client column's seeds 1 and 2",
+    "pFedFDA Table 1's seven missing rows (FedAvg, APFL, FedBABU, FedRep, Fed-RoD, LG-FedAvg, pFedMe) at 25% and "
+    "100% of the samples, three seeds",
+    "the Fashion-MNIST tables not run yet, the ablations first, one seed each: FedFA Table 3 (#C=2; its Mixed "
+    "Digits column cannot run here: no DIGIT-5 data), Table 5 (calibration timing) and Tables 6-7 (anchor "
+    "momentum and initialisation)",
+    "then the other not-run tables at one seed: FedPAC Tables 3, 4, 5, 6, 8 and 10, FedFA Table 8",
+    "then the not-run tables' other two seeds",
 )
 
 #: The table (or figure) each notebook's entries fill, unless an entry names its own.
@@ -215,6 +234,137 @@ def _second_campaign() -> list[Entry]:
                 out.append(Entry("fedfa/t2_label_skew", f"{setting} {method}", seed,
                                  {"settings": [setting], "methods": [method], "seeds": [seed]},
                                  round(200 * seconds * factor, -1), stage=2 if setting == "iid" else 1))
+    # 2. FedPAC Table 2's ablation, one entry per seed as seed 0's: None, w FA and w CC train (seed 0's took
+    # 1,187 s, 1,144 s and 1,050 s, its records); Both's config is Table 1's FedPAC run's (the same fingerprint,
+    # e2a9355218 and a08668eacc for seeds 1 and 2), so the notebook reads that record and trains it not again.
+    # All four variants, the notebook's own list (no preset names ``variants``, so passing it would be a change
+    # from the paper preset, and the records another setting).
+    for seed in (1, 2):
+        out.append(Entry("fedpac/t2_ablation", "fmnist None/FA/CC fedpac", seed, {"dataset": "fmnist", "seed": seed}, 3400,
+                         records_written=3, stage=3))
+    # 3. FedCP Table 2 (300 rounds). FedAvg's seed 0 took 4,107 s on an AMD EPYC host (13.7 s a round, its record;
+    # Intel Xeon hosts take about 1.63 times as long). No round of the seven rows was timed in this setting, so each
+    # is FedAvg's scaled by its measured cost elsewhere: FedProx 1.12 FedAvg rounds (FedFA Table 2's records), FedPer
+    # 0.98 and FedFomo 0.91 (FedPAC Table 1's), pFedMe 5.07 (benchmarks/records/method-overhead-2026-12-01-pfedme
+    # .json); and, not measured anywhere yet, by what a round computes: FedAMP 1.1 (a proximal pull to its
+    # attention-weighted model), FedPHP 1.5 (an MMD term on a second model's features), Per-FedAvg 2.0 (two
+    # mini-batches and two steps per step). The practical column's five rows recorded: their records' times.
+    fedcp_seconds = {"fedprox": 4600, "fedper": 4000, "fedfomo": 3700, "fedamp": 4500, "fedphp": 6200,
+                     "perfedavg": 8200, "pfedme": 20800}
+    for method, estimate in fedcp_seconds.items():
+        for seed in (0, 1, 2):
+            out.append(Entry("fedcp/t2_main", method, seed, {"methods": [method], "seeds": [seed], "rounds": 300},
+                             estimate, stage=4 if seed == 0 else 5))
+    measured = {"fedavg": 4100, "fedrep": 4600, "fedrod": 4700, "ditto": 8500, "fedcp": 8000}  # the first campaign's
+    for method, estimate in {**measured, **fedcp_seconds}.items():
+        for seed in (0, 1, 2):
+            out.append(Entry("fedcp/t2_main", f"pathological {method}", seed,
+                             {"setting": "pathological", "methods": [method], "seeds": [seed], "rounds": 300},
+                             estimate, stage=6 if seed == 0 else 7, table="FedCP T2 pathological MNIST"))
+    # 4. FedPAC Table 1's 100-client column: 30 clients train a round instead of 20 and all 100 the last round,
+    # so 1.55 times the 20-client rows' times (their records; pFedMe's 5,000 s)
+    fedpac_20 = {"local": 990, "fedavg+fedavg_ft+knn_per": 1250, "fedper": 890, "lg_fedavg": 890, "fedrep": 970,
+                 "fedbabu": 920, "fedrod": 970, "apfl": 1910, "pfedme": 5000, "ditto": 1920, "fedfomo": 830,
+                 "pfedhn": 1210, "fedpac": 1080}
+    for methods, estimate in fedpac_20.items():
+        for seed in (0, 1, 2):
+            out.append(Entry("fedpac/t1_main", f"100 clients {methods}", seed,
+                             {"num_clients": 100, "methods": methods.split("+"), "seed": seed},
+                             round(1.55 * estimate, -1), stage=8 if seed == 0 else 9,
+                             table="FedPAC T1 (100 clients)"))
+    # 5. pFedFDA Table 1's missing rows: FedPAC's records there took 415-426 s (25%) and 1,569-1,576 s (100%);
+    # Ditto's, 1.73-1.79 times those, match Ditto's cost over FedPAC's in FedPAC Table 1's records (1.78), so
+    # each row is FedPAC's time scaled by its cost in those records: FedAvg 0.84, APFL 1.77, FedBABU 0.86,
+    # FedRep 0.89, Fed-RoD 0.90, LG-FedAvg 0.82, pFedMe 4.6
+    fda_cost = {"fedavg": 0.84, "apfl": 1.77, "fedbabu": 0.86, "fedrep": 0.89, "fedrod": 0.90, "lg_fedavg": 0.82,
+                "pfedme": 4.6}
+    for percent, fedpac_seconds in ((25, 420), (100, 1570)):
+        for method, cost in fda_cost.items():
+            for seed in (0, 1, 2):
+                out.append(Entry("pfedfda/t1_covariate_shift", f"{percent}% {method}", seed,
+                                 {"sample_percents": [percent], "methods": [method], "seed": seed},
+                                 round(cost * fedpac_seconds, -1), stage=10))
+    out += _not_run_tables()
+    return out
+
+
+def _not_run_tables() -> list[Entry]:
+    """Step 11 on: the Fashion-MNIST tables that are "not run yet", at their paper presets, one
+    entry per row and seed (where the notebook takes ``methods``), the ablations first. A row whose
+    config is another table's recorded run (FedFA's own row in Tables 3 and 5 is Table 2's #C=2 run;
+    FedAvg's in Table 5 too) has no entry: the notebook reads that record, by fingerprint."""
+    out: list[Entry] = []
+    fedfa_seeds = (2021, 2022, 2023)
+
+    def stage(first: int, seed: int, seeds: tuple) -> int:
+        return first if seed == seeds[0] else 13
+
+    # FedFA Table 3 (FMNIST #C = 2): FedFA's variants cost its round, 3.62 s (Table 2's records); download off
+    # (a neutral parameter), so the Mixed Digits cell says the data is missing instead of fetching it
+    for label in ("fedfa anchor_update=false", "fedfa calibration=none", "fedfa anchor_init=gaussian"):
+        for seed in fedfa_seeds:
+            out.append(Entry("fedfa/t3_ablation", label, seed, {"methods": [label], "seeds": [seed], "download": False},
+                             720, stage=stage(11, seed, fedfa_seeds), table="FedFA T3 ablation"))
+    # FedFA Table 5: CCVR's calibration after training costs 1.19 FedAvg rounds (method-overhead-2026-11-23T0224.json)
+    # on FedAvg's 670 s or FedFA's 720 s; FedFA w/o CC is Table 3's entry (the same config)
+    for label, estimate in {"ccvr": 800, 'ccvr base=fedfa base_params={"calibration":"none"}': 860,
+                            "ccvr base=fedfa": 860, "fedfa calibration=epoch": 720}.items():
+        for seed in fedfa_seeds:
+            out.append(Entry("fedfa/t5_calibration_timing", label, seed, {"methods": [label], "seeds": [seed]},
+                             estimate, stage=stage(11, seed, fedfa_seeds), table="FedFA T5 calibration timing"))
+    # FedFA Tables 6-7: its momenta and initialisations are lists the notebook runs whole (narrowing them would
+    # change the preset), so one entry per seed: 14 distinct runs (m = 0.5 is the default run, and the
+    # initialisation table's m = 0.9 row Table 6's), each FedFA's 720 s plus an evaluation every round (~0.6 s)
+    for seed in fedfa_seeds:
+        out.append(Entry("fedfa/t6_momentum_initialisation", "c2 momenta/initialisations fedfa", seed,
+                         {"seeds": [seed]}, 14 * 840, records_written=14, stage=stage(11, seed, fedfa_seeds),
+                         table="FedFA T6-7 momentum and initialisation"))
+    # FedPAC's Fashion-MNIST tables: the 20-client rows' times (Table 1's records); methods not in Table 1 scaled
+    # from FedAvg's 900 s by their measured cost (method-overhead-2026-11-23T1107.json: HypCluster k=3 1.13,
+    # FedEM M=3 3.0, FedProto 1.04; FedProx 1.12 from FedFA's records) or, not measured, by what a round computes
+    # (SCAFFOLD 1.2: control variates; HypCluster k=5 1.2; FedEM M=5 5.0; FedEM-FT as FedEM plus fine-tuning)
+    t1 = {"local": 990, "fedavg_ft": 1250, "fedper": 890, "fedrep": 970, "fedbabu": 920, "fedrod": 970,
+          "ditto": 1920, "pfedme": 5000, "fedfomo": 830, "pfedhn": 1210, "fedpac": 1080}
+    other = {"fedprox": 1010, "scaffold": 1080, "hypcluster k=3": 1020, "hypcluster k=5": 1080, "hypcluster": 1020,
+             "fedem M=3": 2700, "fedem_ft M=3": 2800, "fedem M=5": 4500, "fedem_ft M=5": 4600, "fedem": 2700,
+             "fedproto prototypes=global": 940, "fedproto prototypes=local": 940}
+    fedpac_tables = {
+        # notebook: (table, its rows as the paper preset lists them, what a run costs against Table 1's)
+        "fedpac/t3_concept_shift": ("FedPAC T3 concept shift", ["local", "fedavg_ft", "fedrep", "ditto", "pfedme",
+                                                                "fedbabu", "fedrod", "fedpac"], 1.0),
+        "fedpac/c4_global_models": ("FedPAC T4 global models", ["fedprox", "scaffold", "hypcluster k=3",
+                                                                "hypcluster k=5", "fedem M=3", "fedem_ft M=3",
+                                                                "fedem M=5", "fedem_ft M=5"], 1.0),
+        "fedpac/c5_fedproto": ("FedPAC T5 FedProto", ["fedproto prototypes=global", "fedproto prototypes=local"], 1.0),
+        # sizes from {300, 600, 1200}: 700 samples a client on average
+        "fedpac/c6_quantity_skew": ("FedPAC T6 quantity skew", ["local", "fedavg_ft", "fedrep", "ditto", "fedrod",
+                                                                "pfedhn", "hypcluster", "fedem", "fedpac"], 1.17),
+        # 100 clients at rate 0.3, every client in the last round
+        "fedpac/c8_dirichlet": ("FedPAC T8 Dirichlet", ["local", "fedavg_ft", "fedrep", "ditto", "fedfomo", "pfedhn",
+                                                        "hypcluster", "fedem", "fedpac"], 1.55),
+        "fedpac/c10_rotation": ("FedPAC T10 rotation", ["local", "fedavg_ft", "fedrep", "ditto", "fedbabu", "fedrod",
+                                                        "fedpac"], 1.0),
+    }
+    fedpac_seeds = (0, 1, 2)
+    for notebook, (table, rows, factor) in fedpac_tables.items():
+        for label in rows:
+            for seed in fedpac_seeds:
+                out.append(Entry(notebook, label, seed, {"methods": [label], "seed": seed},
+                                 round(factor * {**t1, **other}[label], -1), stage=stage(12, seed, fedpac_seeds),
+                                 table=table))
+    # FedFA Table 8: Table 2's cells evaluated every round (rounds to a target accuracy): Table 2's estimates
+    # plus 200 evaluations of about 0.6 s. Its #C=2 FedFA run is Tables 6-7's default run (the same config,
+    # fingerprint 2212c79d6f for seed 2021): their entries give it.
+    fedfa_round = {"fedavg": 3.37, "fedprox": 3.78, "feddyn": 3.89, "moon": 6.77, "fedproc": 3.73, "fedfa": 3.62}
+    for setting, factor in {"c2": 1.0, "dir0.1": 1.21, "dir0.5": 1.17, "iid": 1.0}.items():
+        for method, seconds in fedfa_round.items():
+            if (setting, method) == ("c2", "fedfa"):
+                continue
+            for seed in fedfa_seeds:
+                out.append(Entry("fedfa/t8_rounds_to_target", f"{setting} {method}", seed,
+                                 {"settings": [setting], "methods": [method], "seeds": [seed]},
+                                 round(200 * (seconds * factor + 0.6), -1), stage=stage(12, seed, fedfa_seeds),
+                                 table="FedFA T8 rounds to target"))
     return out
 
 
@@ -230,10 +380,209 @@ def plan_path(root: Path | None = None) -> Path:
     return (root or project_root()) / records.RECORDS_FOLDER / PLAN
 
 
+class PlanError(ValueError):
+    """``plan.json`` cannot be believed: damaged, hand-edited, or contradicted by the records on disk."""
+
+
+def _shown(path: Path) -> str:
+    """A path as a message names it: relative to the working directory where it is under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (OSError, ValueError):
+        return str(path)
+
+
 def read_plan(root: Path | None = None) -> dict:
-    """``reproductions/plan.json``: for each entry, its estimate and the records it produced."""
+    """``reproductions/plan.json``: for each entry, its estimate and the records it produced.
+    A file that is not a plan this campaign wrote (invalid JSON, a value of the wrong kind, a
+    missing key, a record path outside ``reproductions/``, an entry listed twice, records noted
+    for a run the campaign has no entry for) is refused in one sentence naming it
+    (:class:`PlanError`), never a traceback."""
     path = plan_path(root)
-    return json.loads(path.read_text()) if path.exists() else {"runs": []}
+    if not path.exists():
+        return {"runs": []}
+    restore = f"restore it (git checkout -- {records.RECORDS_FOLDER}/{PLAN})"
+    try:
+        if not path.is_file():
+            raise PlanError(f"{_shown(path)} is not a file; {restore}.")
+        if path.stat().st_size > 64 * 1024 * 1024:
+            raise PlanError(f"{_shown(path)} is larger than any campaign plan (64 MiB); {restore}.")
+        plan = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise PlanError(f"{_shown(path)} cannot be read ({err.strerror or err}); {restore}.") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"{_shown(path)} is not a campaign plan (not UTF-8 text); {restore}.") from None
+    except json.JSONDecodeError as err:
+        raise PlanError(f"{_shown(path)} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+                        f"{restore}.") from None
+    except RecursionError:
+        raise PlanError(f"{_shown(path)} is not a campaign plan (nested too deeply); {restore}.") from None
+
+    def refuse(what: str) -> PlanError:
+        return PlanError(f"{_shown(path)} is not a campaign plan this pflcore wrote: {what}; {restore}.")
+
+    if not isinstance(plan, dict):
+        raise refuse(f"it holds {_kind(plan)}, not a mapping with 'runs'")
+    if not isinstance(plan.get("runs"), list):
+        raise refuse("its 'runs' is missing" if "runs" not in plan else f"its 'runs' is {_kind(plan['runs'])}, not a list")
+    known = {e.key: e for e in CAMPAIGN}
+    seen: set[str] = set()
+    for i, run in enumerate(plan["runs"]):
+        where = f"run {i + 1} of 'runs'"
+        if not isinstance(run, dict):
+            raise refuse(f"{where} is {_kind(run)}, not a mapping")
+        for name, kind, words in (("key", str, "text"), ("records", list, "a list")):
+            if name not in run:
+                raise refuse(f"{where} has no {name!r}")
+            if not isinstance(run[name], kind):
+                raise refuse(f"{where}'s {name!r} is {_kind(run[name])}, not {words}")
+        key = run["key"]
+        if key in seen:
+            raise refuse(f"the entry {key!r} is listed twice")
+        seen.add(key)
+        if run["records"] and key not in known:
+            raise refuse(f"it notes records for {key!r}, which is no entry of the campaign")
+        for rel in run["records"]:
+            if not isinstance(rel, str):
+                raise refuse(f"the entry {key!r} lists a record that is {_kind(rel)}, not a path")
+            parts = Path(rel).parts
+            if (Path(rel).is_absolute() or ".." in parts or len(parts) < 2 or parts[0] != records.RECORDS_FOLDER
+                    or not rel.endswith(".json") or Path(rel).name == PLAN):
+                raise refuse(f"the entry {key!r} lists {rel!r}, which is not a record path under "
+                             f"{records.RECORDS_FOLDER}/")
+        if len(set(run["records"])) != len(run["records"]):
+            raise refuse(f"the entry {key!r} lists a record twice")
+    return plan
+
+
+def _kind(value) -> str:
+    """What a JSON value is, in words: "a number", "text", "null"..."""
+    return {dict: "a mapping", list: "a list", str: "text", bool: "true or false", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def verify_records(plan: dict, root: Path | None = None) -> dict[str, str]:
+    """The campaign believes only the records on disk: for each entry of ``plan`` (as
+    :func:`current_plan` gives it) whose records are not there or not believed, one sentence
+    saying why (keyed by the entry's key): a listed record missing, refused by the record
+    checks (:func:`pflcore.records.read`), or a record of another run; or no record listed
+    while a record of its run lies on disk, claimed by no entry (a plan emptied or edited by
+    hand). An entry in the result is not done, whatever ``plan.json`` says."""
+    root = root or project_root()
+    known = {e.key: e for e in CAMPAIGN}
+    problems: dict[str, str] = {}
+    read: dict[str, tuple[dict | None, str]] = {}  # path -> (record, why not)
+
+    def load(rel: str) -> tuple[dict | None, str]:
+        if rel not in read:
+            path = root / rel
+            if not path.exists() and not path.is_symlink():
+                read[rel] = (None, "is not on disk")
+            else:
+                try:
+                    read[rel] = (records.read(path), "")
+                except records.RecordError as err:
+                    read[rel] = (None, f"is refused by the record checks ({str(err).rstrip('.')})")
+                except (OSError, ValueError) as err:
+                    read[rel] = (None, f"cannot be read ({getattr(err, 'strerror', None) or err})")
+        return read[rel]
+
+    claimed: set[str] = set()
+    for run in plan["runs"]:
+        entry = known.get(run["key"])
+        for rel in run["records"]:
+            claimed.add(rel)
+            record, why = load(rel)
+            if record is None:
+                problems.setdefault(run["key"], f"{run['key']}: its record {rel} {why}")
+            elif entry is not None and not _record_of(entry, record):
+                problems.setdefault(run["key"], f"{run['key']}: its record {rel} is a record of another run "
+                                                f"({record.get('notebook')}, {record['config'].get('method')}, "
+                                                f"seed {record.get('seed')})")
+    empty = [known[r["key"]] for r in plan["runs"] if not r["records"] and r["key"] in known]
+    if empty:
+        folder = root / records.RECORDS_FOLDER
+        notebooks = {e.notebook for e in empty} | {e.probe_free for e in empty if e.probe_free}
+        for notebook in sorted(notebooks):
+            for path in sorted((folder / notebook).glob("*.json")) if (folder / notebook).is_dir() else []:
+                rel = str(path.relative_to(root))
+                if rel in claimed:
+                    continue
+                record, _ = load(rel)
+                if record is None:
+                    continue
+                for entry in empty:
+                    if entry.key not in problems and _record_of(entry, record, strict=True, root=root):
+                        problems[entry.key] = (f"{entry.key}: plan.json lists no record for it, but {rel} on disk is "
+                                               f"a record of its run, claimed by no entry (plan.json emptied or "
+                                               f"edited by hand?)")
+    return {r["key"]: problems[r["key"]] for r in plan["runs"] if r["key"] in problems}  # in the plan's order
+
+
+def _record_of(entry: Entry, record: dict, strict: bool = False, root: Path | None = None) -> bool:
+    """Whether ``record`` is a record of ``entry``'s run: its notebook (or the probe-free one),
+    seed and a row it names; ``strict`` (matching a record no entry claims) also the column its
+    parameters pick and, where the record keeps them, its changes to the paper preset."""
+    from .report.catalogue import TABLES
+
+    if record.get("notebook") not in (entry.notebook, entry.probe_free) or record.get("seed") != entry.seed:
+        return False
+    table = next((t for t in TABLES if t.notebook == record["notebook"]), None)
+    try:
+        row = table.row_of(record) if table else record["config"]["method"]
+    except (KeyError, TypeError, AttributeError):
+        return False
+    if row not in entry.methods:
+        return False
+    if not strict:
+        return True
+    config = record["config"]
+    params = entry.parameters
+    if "num_clients" in params and config.get("num_clients") != params["num_clients"]:
+        return False
+    if "rounds" in params and config.get("rounds") != params["rounds"]:
+        return False
+    if entry.notebook == "fedcp/t2_main" and config.get("partition", {}).get("kind") != (
+            "pfllib_pathological" if params.get("setting") == "pathological" else "given"):
+        return False
+    if params.get("settings") and table is not None and table.column_of(record) != params["settings"][0]:
+        return False
+    if params.get("sample_percents") and table is not None and table.column_of(record) != str(params["sample_percents"][0]):
+        return False
+    changes = record.get("preset_changes")
+    if changes is None:  # a record written before records kept their changes
+        return True
+    try:
+        return changes == expected_changes(entry, root)
+    except (OSError, ValueError):  # the notebook's presets cannot be read: its row, seed and column decide
+        return True
+
+
+def expected_changes(entry: Entry, root: Path | None = None) -> dict:
+    """What ``entry``'s run changes from its notebook's paper preset, as its record keeps it
+    (:func:`pflcore.notebooks.preset_changes`; the parameters that only pick methods, seeds
+    or a column, and the neutral ones, are not changes)."""
+    from .notebooks import preset_changes
+
+    paper, smoke = _presets(str(root or project_root()), entry.notebook)
+    return preset_changes(paper, smoke, {**paper, **entry.parameters}, set(entry.parameters))
+
+
+@functools.lru_cache(maxsize=64)
+def _presets(root: str, notebook: str) -> tuple[dict, dict]:
+    """A notebook's paper and smoke presets (read once)."""
+    from .yaml_io import read_yaml_file
+
+    return tuple(read_yaml_file(Path(root) / "params" / notebook / f"{name}.yaml", "preset")
+                 for name in ("paper", "smoke"))
+
+
+def believed(plan: dict, root: Path | None = None) -> tuple[dict, dict[str, str]]:
+    """``plan`` as the records on disk bear it out (an entry whose records are not believed,
+    :func:`verify_records`, counts as not done), and the reasons per entry."""
+    problems = verify_records(plan, root)
+    runs = [{**r, "records": [] if r["key"] in problems else r["records"]} for r in plan["runs"]]
+    return {**plan, "runs": runs, **current_plan_counts({"runs": runs})}, problems
 
 
 def current_plan(root: Path | None = None) -> dict:
@@ -305,6 +654,36 @@ def run_entry(entry: Entry, root: Path, out: Path) -> list[str]:
     return [str(p.relative_to(root)) for p in written_since(folder, before)]
 
 
+def check_entry(entry: Entry, root: Path, out: Path) -> tuple[bool, str]:
+    """A dry run of ``entry``: its notebook executed at the paper preset with its parameters,
+    reading records only (``PFLCORE_RECORDS_ONLY=1``: a run without a record is refused, never
+    trained), so the notebook builds each run's config and stops at the first it would train.
+    Returns whether the entry can run, and one sentence: the run it would train first, that
+    every run it makes has a record already, or why the notebook fails."""
+    import os
+
+    from .notebooks import run_notebooks
+
+    overrides = {**entry.parameters, "quiet": True, "figures_dir": str(out / "figures" / entry.notebook)}
+    saved = os.environ.get(records.RECORDS_ONLY_ENV)
+    os.environ[records.RECORDS_ONLY_ENV] = "1"
+    try:
+        [result] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{entry.notebook}.ipynb"], root=root,
+                                 overrides=overrides, log=lambda *a, **k: None)
+    finally:
+        if saved is None:
+            os.environ.pop(records.RECORDS_ONLY_ENV, None)
+        else:
+            os.environ[records.RECORDS_ONLY_ENV] = saved
+    if result.status == "ok":
+        return True, f"{entry.key}: every run it makes has a record already; it would train nothing."
+    error = str(result.error or "")
+    if "no committed record of this run" in error:
+        run = error.split("no committed record of this run", 1)[1].split(")", 1)[0].lstrip(" (")
+        return True, f"{entry.key}: ready; its notebook builds its runs and would train the first without a record ({run})."
+    return False, f"{entry.key}: its notebook fails before any run trains ({error.strip().splitlines()[-1] if error.strip() else 'no reason given'})."
+
+
 def record_stamps(folder: Path) -> dict[Path, tuple[int, int, int]]:
     """Each record file in ``folder`` with what changes when it is written again (a record is
     written whole to a new file that replaces the old: inode, modification time, size)."""
@@ -331,6 +710,7 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         raise ValueError(f"the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)")
     root = root or project_root()
     home = home or root
+    refuse_unbelieved(home)
     out = root / "outputs" / "campaign"
     executed: dict = {}  # the redraws' notebook executions, kept so that the next redraw runs only what changed
     for _ in range(count):
@@ -357,10 +737,26 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         path = write_plan(plan, home)
         log(f"campaign: {entry.key} done in {time.time() - t0:.0f} s -> {', '.join(written) or 'no record'}",
             flush=True)
+        if not written:  # every run it makes had a record already: it would be taken again and again
+            log(f"campaign: {entry.key} wrote no record (its runs had records already, so another entry gives "
+                "them); the campaign stops here instead of running it again.", flush=True)
+            return
         if commit and written:
             _commit(home, [*written, str(path.relative_to(home))], f"Record: {entry.key}", log)
         if written and redraw_figures(root, home, out, log, reuse=executed) and commit:
             _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
+
+
+def refuse_unbelieved(home: Path) -> None:
+    """Before any run: the plan in ``home`` and the records on disk must agree (:func:`verify_records`),
+    else one sentence naming the plan and the first disagreement (:class:`PlanError`)."""
+    _, problems = believed(current_plan(home), home)
+    if problems:
+        first = next(iter(problems.values()))
+        more = f" (and {len(problems) - 1} more entries; python -m pflcore.campaign status lists them)" \
+            if len(problems) > 1 else ""
+        raise PlanError(f"{_shown(plan_path(home))} and the records on disk disagree, so the campaign runs nothing: "
+                        f"{first}{more}; restore the records or the plan (git checkout), then run again.")
 
 
 def derive_probe_free(plan: dict, home: Path) -> list[str]:
@@ -440,6 +836,9 @@ def current_plan_counts(plan: dict) -> dict:
         table["remaining_estimate_s"] += 0 if r["records"] else r["estimate_s"]
     for table in tables.values():
         table["remaining_cpu_hours"] = round(table["remaining_estimate_s"] / 3600, 1)
+    # the tables in the order next reaches them (the first of each table's remaining entries), the whole ones last
+    order = list(dict.fromkeys([r.get("table") or r["notebook"] for r in remaining] + list(tables)))
+    tables = {name: tables[name] for name in order}
     return {"done": len(plan["runs"]) - len(remaining), "remaining": len(remaining),
             "remaining_estimate_s": sum(r["estimate_s"] for r in remaining), "tables": tables}
 
@@ -454,6 +853,9 @@ def main(argv: list[str] | None = None) -> int:
     nxt.add_argument("--home", type=Path, help="project whose reproductions/ receives the records (default: this one)")
     nxt.add_argument("--first", action="append", default=[], metavar="KEY",
                      help="an entry's key (as status prints it) to run before the cheapest; repeat for several")
+    chk = sub.add_parser("check", help="dry-run entries: each one's notebook builds its runs, reading records only, "
+                                       "and stops at the first it would train (nothing trains, nothing is written)")
+    chk.add_argument("keys", nargs="+", metavar="KEY", help="an entry's key, as status prints it")
     args = parser.parse_args(argv)
     try:
         root = project_root()
@@ -462,9 +864,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.command == "status":
-        plan = current_plan(root)
+        try:
+            plan, problems = believed(current_plan(root), root)
+        except PlanError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
                  f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine."]
+        if problems:
+            lines.append(f"Not believed: {len(problems)} entries whose records are not on disk as plan.json says; "
+                         "they count as not run, and `next` runs nothing until they agree:")
+            lines += [f"  {why}." for why in problems.values()]
         lines.append("Per table: entries recorded of those planned, and the CPU-hours left to make it whole:")
         width = max(len(name) for name in plan["tables"])
         lines += [f"  {name:{width}s}  {t['done']:3d}/{t['entries']:<3d}  {t['remaining_cpu_hours']:6.1f} h left"
@@ -473,12 +883,26 @@ def main(argv: list[str] | None = None) -> int:
         for notebook, rows in seeds_per_row(plan).items():
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])
         lines.append("Runs, in the order `next` takes them:")
-        lines += [f"  {'done' if r['records'] else '    '}  {r['estimate_s']:6.0f} s  {r['key']}" for r in plan["runs"]]
+        lines += [f"  {'done' if r['records'] else 'bad ' if r['key'] in problems else '    '}  "
+                  f"{r['estimate_s']:6.0f} s  {r['key']}" for r in plan["runs"]]
         try:
             print("\n".join(lines), flush=True)
         except BrokenPipeError:  # `status | head`: the reader has what it wanted
             sys.stdout = None  # nothing more goes to the closed pipe, not even at exit
-        return 0
+        return 1 if problems else 0
+    if args.command == "check":
+        known = {e.key: e for e in CAMPAIGN}
+        unknown = [key for key in args.keys if key not in known]
+        if unknown:
+            print(f"error: the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)",
+                  file=sys.stderr)
+            return 2
+        failed = 0
+        for key in args.keys:
+            ok, line = check_entry(known[key], root, root / "outputs" / "campaign-check")
+            failed += not ok
+            print(line, flush=True)
+        return 1 if failed else 0
     try:
         next_runs(args.count, commit=not args.no_commit, root=root, home=home, first=tuple(args.first))
     except ValueError as err:

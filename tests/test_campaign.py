@@ -267,14 +267,7 @@ def test_bad_input_is_one_sentence_before_any_run(tmp_path, monkeypatch, capsys)
     def fails(entry, root, out):
         raise RuntimeError(f"{entry.key}: the notebook failed (ValueError: no data); executed copy in x.ipynb")
 
-    shipped_plan = campaign.current_plan
-
-    def one_remaining(root=None):  # the shipped plan may be complete: leave its first entry to run
-        plan = shipped_plan(root)
-        plan["runs"][0]["records"] = []
-        return plan
-
-    monkeypatch.setattr(campaign, "current_plan", one_remaining)
+    assert campaign.current_plan()["remaining"], "the shipped plan has entries left to run"
     monkeypatch.setattr(campaign, "run_entry", fails)
     assert campaign.main(["next", "--no-commit"]) == 1
     err = capsys.readouterr().err
@@ -382,6 +375,7 @@ def test_status_shows_the_seeds_recorded_per_row_with_the_tables_first(tmp_path,
     assert sum(p for labels in rows.values() for _, _, p in labels) == len(campaign.CAMPAIGN)
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(campaign, "verify_records", lambda plan, root=None: {})  # its records are names only
     assert campaign.main(["status"]) == 0
     out = capsys.readouterr().out.splitlines()
     tables = out[2:out.index("Seeds recorded per row, of those planned:")]
@@ -415,8 +409,240 @@ def test_each_table_s_runs_change_exactly_the_table_s_preset_changes_from_its_pa
     for spec in TABLES:
         # (the notebook that runs it, its parameters): the table's own entries and cells, and the probed
         # runs whose records without the probe the table shows (FedFA Figure 4's for Table 2)
-        runs = [(e.notebook, e.parameters) for e in campaign.CAMPAIGN if spec.notebook in (e.notebook, e.probe_free)]
+        # (a column the report's table does not show yet changes what picks it: FedPAC Table 1's 100 clients,
+        # FedCP Table 2's pathological setting; the report shows those records once it has their column)
+        runs = [(e.notebook, e.parameters) for e in campaign.CAMPAIGN if spec.notebook in (e.notebook, e.probe_free)
+                and e.group not in NEW_COLUMNS]
         runs += [(spec.notebook, spec.narrow(column, [method], 0)) for column in spec.columns for method in spec.rows]
         assert len({notebook for notebook, _ in runs}) == (2 if spec.notebook == "fedfa/t2_label_skew" else 1)
         for notebook, overrides in runs:
             assert changes(notebook, overrides) == spec.preset_changes, (notebook, overrides)
+        for entry in campaign.CAMPAIGN:
+            if entry.notebook == spec.notebook and entry.group in NEW_COLUMNS:
+                expected = {**spec.preset_changes, **NEW_COLUMNS[entry.group]}
+                assert changes(entry.notebook, entry.parameters) == expected == campaign.expected_changes(entry)
+    # the second campaign's entries of other notebooks (the tables not in the report yet, FedPAC Table 2's
+    # ablation) change nothing from their presets: the report can show their records as the paper's setting
+    tables = {spec.notebook for spec in TABLES}
+    others = [e for e in campaign.CAMPAIGN if e.notebook not in tables and e.stage > 0]
+    assert len({e.notebook for e in others}) == 11
+    for entry in others:
+        assert campaign.expected_changes(entry) == changes(entry.notebook, entry.parameters) == {}, entry.key
+
+
+#: The columns the second campaign adds to a table the report shows: what their runs change from the preset.
+NEW_COLUMNS = {"FedPAC T1 (100 clients)": {"num_clients": 100}, "FedCP T2 pathological MNIST": {"setting": "pathological"}}
+
+
+# ---------------------------------------------------------------- the campaign believes only the records on disk
+def _project(tmp_path, monkeypatch):
+    """An empty pflcore project in ``tmp_path``, the working directory, records read from it."""
+    for folder in ("notebooks", "params", records.RECORDS_FOLDER):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(records.TRAIN_ENV, raising=False)
+    return tmp_path
+
+
+def _recorded(tmp_path, entry, method: str | None = None):
+    """A real record at toy scale of ``entry``'s notebook and seed (of ``method``, default its
+    own), written where that notebook's records go; returns its path relative to the project."""
+    from pflcore.engine import run
+
+    from conftest import tiny_config
+
+    config = tiny_config(tmp_path, method=method or entry.methods[0], rounds=2, seed=entry.seed)
+    with records.recording(entry.notebook):
+        path = Path(run(config).extras["written_record"])
+    return str(path.relative_to(tmp_path))
+
+
+def _one_line_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    assert "Traceback" not in captured.err + captured.out
+    return captured.err
+
+
+def _t1_local(seed: int = 0):
+    return next(e for e in campaign.CAMPAIGN if e.key == f"fedpac/t1_main | local | seed {seed}")
+
+
+def test_a_damaged_or_hand_edited_plan_is_refused_in_one_sentence_naming_it(tmp_path, monkeypatch, capsys):
+    _project(tmp_path, monkeypatch)
+    ran = []
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    key = campaign.CAMPAIGN[0].key
+    damaged = {
+        "not JSON": '{"runs": [',
+        "not UTF-8": b"\xff\xfe{}",
+        "a list": "[]",
+        "a number": "3",
+        "no runs": "{}",
+        "runs a mapping": '{"runs": {}}',
+        "a run a string": '{"runs": ["x"]}',
+        "no key": '{"runs": [{"records": []}]}',
+        "no records": json.dumps({"runs": [{"key": key}]}),
+        "key a number": '{"runs": [{"key": 3, "records": []}]}',
+        "records text": json.dumps({"runs": [{"key": key, "records": "reproductions/a.json"}]}),
+        "record a number": json.dumps({"runs": [{"key": key, "records": [7]}]}),
+        "record outside": json.dumps({"runs": [{"key": key, "records": ["/etc/passwd"]}]}),
+        "record upwards": json.dumps({"runs": [{"key": key, "records": ["reproductions/../../x.json"]}]}),
+        "listed twice": json.dumps({"runs": [{"key": key, "records": []}, {"key": key, "records": []}]}),
+        "unknown entry": json.dumps({"runs": [{"key": "no such run", "records": ["reproductions/a.json"]}]}),
+        "nested deeply": '{"runs": ' + "[" * 100000 + "]" * 100000 + "}",
+    }
+    path = campaign.plan_path(tmp_path)
+    for what, text in damaged.items():
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        assert campaign.main(["status"]) == 2, what
+        err = _one_line_error(capsys)
+        assert "reproductions/plan.json" in err and "git checkout" in err, (what, err)
+        assert campaign.main(["next", "--no-commit"]) == 2, what
+        assert "reproductions/plan.json" in _one_line_error(capsys)
+    assert ran == [], "a refused plan ran something"
+    path.write_text(json.dumps({"runs": [{"key": "an entry no longer in the campaign", "records": []}]}))
+    assert campaign.current_plan(tmp_path)["done"] == 0  # an old entry without records is dropped, harmlessly
+
+
+def test_status_and_next_believe_the_records_on_disk_not_the_plan(tmp_path, monkeypatch, capsys):
+    _project(tmp_path, monkeypatch)
+    ran = []
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    entry, other = _t1_local(0), _t1_local(1)
+    good = _recorded(tmp_path, entry)
+    folder = f"{records.RECORDS_FOLDER}/{entry.notebook}"
+    (tmp_path / folder / "damaged.json").write_text('{"schema": "pflcore.run-record", "schema_version"')
+    capsys.readouterr()  # what the toy run printed
+    cases = {  # what plan.json says of `other` -> what status must say of it
+        f"{folder}/missing.json": "is not on disk",
+        f"{folder}/damaged.json": "is refused by the record checks",
+        good: "is a record of another run",  # entry's record (seed 0) listed under seed 1's entry
+    }
+    for listed, why in cases.items():
+        campaign.write_plan({"runs": [{"key": entry.key, "records": [good] if listed != good else []},
+                                      {"key": other.key, "records": [listed]}]}, tmp_path)
+        plan, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
+        assert set(problems) == {other.key} and why in problems[other.key] and listed in problems[other.key]
+        assert campaign.main(["status"]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(f"{1 if listed != good else 0} of {len(campaign.CAMPAIGN)} runs recorded")
+        assert f"  {problems[other.key]}." in out.splitlines() and f"  bad " in out
+        assert campaign.main(["next", "--no-commit"]) == 2
+        err = _one_line_error(capsys)
+        assert "reproductions/plan.json and the records on disk disagree, so the campaign runs nothing" in err
+        assert listed in err
+    assert ran == [], "a plan the records do not bear out ran something"
+    # the plan and the records agree: believed, and next runs
+    campaign.write_plan({"runs": [{"key": entry.key, "records": [good]}]}, tmp_path)
+    plan, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
+    assert problems == {} and plan["done"] == 1
+    (tmp_path / folder / "damaged.json").unlink()
+    campaign.next_runs(1, commit=False, root=tmp_path, log=lambda *a, **k: None)
+    assert ran == [campaign.CAMPAIGN[0].key]
+
+
+def test_an_emptied_plan_while_its_records_exist_is_refused(tmp_path, monkeypatch, capsys):
+    """plan.json's entries emptied by hand (or the file lost) while their records lie on disk:
+    the campaign says which entry's record it is and runs nothing, instead of training it again."""
+    import shutil
+
+    _project(tmp_path, monkeypatch)
+    shutil.copytree(ROOT / "params" / "fedpac" / "t1_main", tmp_path / "params" / "fedpac" / "t1_main")
+    ran = []
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    entry = _t1_local(0)
+    rel = _recorded(tmp_path, entry)
+    fedper = _recorded(tmp_path, _t1_local(2), method="fedper")  # FedPer's seed 2 run, no entry of Local's
+    capsys.readouterr()  # what the toy runs printed
+    for plan in ({"runs": [{"key": e.key, "records": []} for e in campaign.CAMPAIGN]}, None):
+        if plan is None:
+            campaign.plan_path(tmp_path).unlink()
+        else:
+            campaign.write_plan(plan, tmp_path)
+        _, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
+        assert set(problems) == {entry.key, "fedpac/t1_main | fedper | seed 2"}
+        assert rel in problems[entry.key] and "lists no record" in problems[entry.key]
+        assert fedper in problems["fedpac/t1_main | fedper | seed 2"]
+        assert campaign.main(["status"]) == 1
+        assert "plan.json lists no record for it" in capsys.readouterr().out
+        assert campaign.main(["next", "--no-commit"]) == 2
+        err = _one_line_error(capsys)
+        assert "plan.json lists no record for it" in err and (rel in err or fedper in err)
+    assert ran == []
+    # a record of the same row and seed but another setting (FedPAC Table 1's 100-client column) is not its run
+    hundred = next(e for e in campaign.CAMPAIGN if e.key == "fedpac/t1_main | 100 clients local | seed 0")
+    record = records.read(tmp_path / rel)
+    assert campaign._record_of(entry, record, strict=True, root=tmp_path)
+    assert not campaign._record_of(hundred, record, strict=True, root=tmp_path)
+
+
+def test_check_dry_runs_an_entry_and_says_what_it_would_train(tmp_path, monkeypatch, capsys):
+    """`check KEY`: the entry's notebook at the paper preset reading records only, so it builds its
+    runs and trains none; the outcome in one line per entry."""
+    import os
+    from types import SimpleNamespace
+
+    from pflcore import notebooks
+
+    outcomes = iter([
+        SimpleNamespace(status="ok", error=None),
+        SimpleNamespace(status="failed", error="RecordError: no committed record of this run (fedprox on fmnist, seed "
+                                              "2022, fingerprint abc), and PFLCORE_RECORDS_ONLY=1 reads runs without "
+                                              "training any."),
+        SimpleNamespace(status="failed", error="Traceback ...\nConfigError: unknown method 'fedprox2'"),
+    ])
+    seen = []
+
+    def run_notebooks(preset, out, only, root, overrides, log):
+        seen.append((preset, only, os.environ.get(records.RECORDS_ONLY_ENV), overrides))
+        return [next(outcomes)]
+
+    monkeypatch.setattr(notebooks, "run_notebooks", run_notebooks)
+    keys = [e.key for e in campaign.CAMPAIGN if e.stage == 1][:3]
+    assert campaign.main(["check", *keys]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("every run it makes has a record already; it would train nothing.")
+    assert out[1].endswith("ready; its notebook builds its runs and would train the first without a record "
+                           "(fedprox on fmnist, seed 2022, fingerprint abc).")
+    assert out[2].endswith("its notebook fails before any run trains (ConfigError: unknown method 'fedprox2').")
+    first = next(e for e in campaign.CAMPAIGN if e.key == keys[0])
+    assert seen[0][:3] == ("paper", [f"notebooks/{first.notebook}.ipynb"], "1")
+    assert first.parameters.items() <= seen[0][3].items()
+    assert os.environ.get(records.RECORDS_ONLY_ENV) is None
+    assert campaign.main(["check", "no such run"]) == 2
+    assert _one_line_error(capsys).startswith("error: the campaign has no entry 'no such run'")
+
+
+def test_an_entry_that_writes_no_record_stops_the_campaign_instead_of_running_again(tmp_path, monkeypatch):
+    """An entry whose runs all had records (another entry gave them) writes none; taking it again
+    would loop on it for --count runs."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    ran, logged = [], []
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    campaign.next_runs(3, commit=False, root=tmp_path, log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert ran == [campaign.CAMPAIGN[0].key] and "the campaign stops here" in logged[-1]
+
+
+def test_no_two_entries_of_the_second_campaign_make_the_same_run():
+    """Rows that are another table's run (by config fingerprint) have no entry of their own: FedFA's
+    own row in Tables 3 and 5 and FedAvg's in Table 5 are Table 2's #C=2 runs, FedPAC Table 2's Both is
+    Table 1's FedPAC, Table 8's #C=2 FedFA is Tables 6-7's default run, Table 5's FedFA w/o CC is Table 3's."""
+    from pflcore.papers.fedfa import fedfa_config
+    from pflcore.papers.fedpac import FEDPAC_ABLATION, fedpac_config
+
+    labels = {(e.notebook, e.label) for e in campaign.CAMPAIGN}
+    assert not {("fedfa/t3_ablation", "fedfa"), ("fedfa/t5_calibration_timing", "fedfa"),
+                ("fedfa/t5_calibration_timing", "fedavg"), ("fedfa/t5_calibration_timing", "fedfa calibration=none"),
+                ("fedfa/t8_rounds_to_target", "c2 fedfa"), ("fedpac/c4_global_models", "fedpac"),
+                ("fedpac/c5_fedproto", "fedpac"), ("fedpac/c5_fedproto", "local"),
+                ("fedpac/c5_fedproto", "fedavg_ft")} & labels
+    t6 = dict(num_clients=100, participation=0.1, rounds=200, local_epochs=5, eval_every=1, subsample=1.0)
+    assert fedfa_config("fedfa", "fmnist", "c2", seed=2021, **t6).fingerprint() == \
+        fedfa_config("fedfa anchor_momentum=0.5", "fmnist", "c2", seed=2021, **t6).fingerprint()
+    for seed, t1 in ((1, "e2a9355218"), (2, "a08668eacc")):  # Table 1's FedPAC records, seeds 1 and 2
+        both = fedpac_config("fedpac", "fmnist", 20, method_params=FEDPAC_ABLATION["Both"],
+                             partition={"samples_per_client": 600}, seed=seed)
+        assert both.fingerprint() == t1 and (ROOT / "reproductions" / "fedpac" / "t1_main" /
+                                             f"fedpac-fmnist-seed{seed}-{t1}.json").exists()
