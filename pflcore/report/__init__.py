@@ -15,10 +15,11 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -227,15 +228,25 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
     records with the records it rests on (what :func:`commit_figures` copies into ``figures/``);
     ``<out>/failed.json`` the notebooks that failed to execute, with their errors (:func:`failures`).
     ``reuse``: a dict kept across builds (the campaign's, one per entry); a notebook whose
-    inputs are unchanged since a build that shared it is not executed again (:func:`_inputs_digest`)."""
+    inputs are unchanged since a build that shared it is not executed again (:func:`_inputs_digest`).
+    The site is built in a new folder beside ``out`` and swapped in only when the build succeeds
+    (:func:`building`): a failed, interrupted or concurrent build leaves the previous report whole,
+    and a folder that is not a report pflcore built is refused in one sentence, never emptied."""
+    root = project_root(root)
+    target = Path(out) if Path(out).is_absolute() else root / out
+    with building(target, root) as new:
+        _build_into(new, root, execute, log, reuse)
+    index = target / "index.html"
+    log(f"report: {index}")
+    return index
+
+
+def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -> Path:
+    """Write the site into the new folder ``out`` (:func:`build`); returns its index.html."""
     from ..analysis.record_figures import plot_seed_curves
     from .pages import Page, render_index, render_paper, render_records
 
     t0 = time.perf_counter()
-    root = project_root(root)
-    out = Path(out) if Path(out).is_absolute() else root / out
-    if out.exists():
-        shutil.rmtree(out)
     (out / "figures").mkdir(parents=True)
     found = records.all_records(root / records.RECORDS_FOLDER)
     log(f"report: {len(found)} records under {root / records.RECORDS_FOLDER}")
@@ -290,7 +301,7 @@ def build(out: str | Path = "outputs/report", root: str | Path | None = None, ex
     (out / FAILED).write_text(json.dumps(failed, indent=1) + "\n", encoding="utf-8")
     index = out / "index.html"
     index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0, failed), encoding="utf-8")
-    log(f"report: {index} ({time.perf_counter() - t0:.0f} s)")
+    log(f"report: built in {time.perf_counter() - t0:.0f} s")
     return index
 
 
@@ -455,47 +466,226 @@ class FiguresKept(ValueError):
     missing from it and replacing ``figures/`` would delete them."""
 
 
+# ---------------------------------------------------------------------- where a build goes
+#: Written first into every build's folder: a folder holding it is a report pflcore built.
+MARKER = ".pflcore-report"
+#: What a report built before the marker holds (folders, and files by their ending).
+_LEGACY_FOLDERS = ("figures", "notebooks", "notebook-figures", "records")
+_LEGACY_FILES = (".html", ".json", ".png")
+
+
+class ReportRefused(ValueError):
+    """``pflcore report`` refused its target folder (not a report it built, or another build writes
+    it now); the message is one sentence, and nothing was deleted."""
+
+
+def is_report(folder: Path) -> bool:
+    """Whether ``folder`` is a report pflcore built: it holds :data:`MARKER`, or it is one built
+    before the marker (index.html, records.html and drawn.json, and nothing a build does not write)."""
+    if (folder / MARKER).is_file():
+        return True
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return False
+    names = {e.name for e in entries}
+    return {"index.html", "records.html", DRAWN} <= names and all(
+        (e.is_dir() and not e.is_symlink() and e.name in _LEGACY_FOLDERS)
+        or (e.is_file() and not e.is_symlink() and e.name.endswith(_LEGACY_FILES)) for e in entries)
+
+
+def check_target(target: Path, root: Path) -> None:
+    """Refuse, in one sentence and before anything is written, a target the report would harm."""
+    real = target.resolve()
+    for name, kept in ((records.RECORDS_FOLDER, "the records live"), (FIGURES_FOLDER, "the committed figures live"),
+                       (".git", "git keeps the repository")):
+        if real == (root / name).resolve() or real.is_relative_to((root / name).resolve()):
+            raise ReportRefused(f"pflcore report does not write into {target}: that is {name}/, where {kept}; "
+                                "choose another folder (the default is outputs/report).")
+    if root.resolve().is_relative_to(real):
+        raise ReportRefused(f"pflcore report does not write into {target}: it holds the project; choose a folder of "
+                            "its own (the default is outputs/report).")
+    if target.is_symlink():
+        raise ReportRefused(f"pflcore report does not replace {target}: it is a symbolic link; name the folder itself.")
+    if target.exists() and not target.is_dir():
+        raise ReportRefused(f"pflcore report does not replace {target}: it is a file, not a report's folder; choose "
+                            "a new folder.")
+    if target.is_dir() and any(target.iterdir()) and not is_report(target):
+        raise ReportRefused(f"pflcore report leaves {target} as it is: that folder is not a report pflcore built (it "
+                            f"holds no {MARKER}), so replacing it could delete files of yours; choose a new or empty "
+                            "folder, or one pflcore report wrote.")
+
+
+@contextmanager
+def exclusive(lock: Path, what: str) -> Iterator[None]:
+    """Hold ``lock`` (``fcntl.flock``; a file, created if missing, or an existing folder) for the
+    block; another process holding it is one sentence (:class:`ReportRefused`). The lock goes
+    with the process, however it ends."""
+    try:
+        import fcntl
+    except ImportError:  # no flock on this system: builds are not guarded against each other
+        yield
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDONLY if lock.is_dir() else os.O_RDWR | os.O_CREAT
+    fd = os.open(lock, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReportRefused(f"another pflcore process is writing {what} now (it holds {lock}); wait for it to "
+                                "finish, then run this again.") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders in one step (Linux ``renameat2`` RENAME_EXCHANGE); False where the system cannot."""
+    try:
+        import ctypes
+
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    return renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
+
+
+def swap_in(new: Path, target: Path) -> None:
+    """Put the folder ``new`` where ``target`` is; the folder that was there is deleted only after."""
+    if not target.exists():
+        new.rename(target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # now the previous one
+        return
+    previous = target.with_name(f".{target.name}.previous-{os.getpid()}")
+    target.rename(previous)
+    try:
+        new.rename(target)
+    except BaseException:
+        previous.rename(target)
+        raise
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def _tidy_beside(target: Path) -> None:
+    """Leftovers of builds into ``target`` that were killed (the lock is held): a previous report
+    left aside mid-swap goes back where it was; unfinished builds go."""
+    for left in sorted(target.parent.glob(f".{target.name}.previous-*")):
+        if not target.exists() and is_report(left):
+            left.rename(target)
+        elif is_report(left):
+            shutil.rmtree(left, ignore_errors=True)
+    for left in target.parent.glob(f".{target.name}.building-*"):
+        if left.is_dir() and not left.is_symlink() and ((left / MARKER).is_file() or not any(left.iterdir())):
+            shutil.rmtree(left, ignore_errors=True)
+
+
+@contextmanager
+def building(target: Path, root: Path) -> Iterator[Path]:
+    """A new folder beside ``target`` to build the report in, swapped in for ``target`` only when
+    the block succeeds; a failed, interrupted or concurrent build leaves the previous report whole.
+    A target that is not a report pflcore built is refused (:func:`check_target`), never emptied."""
+    check_target(target, root)
+    with exclusive(target.with_name(f".{target.name}.lock"), f"the report {target}"):
+        _tidy_beside(target)
+        check_target(target, root)
+        new = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
+        try:
+            (new / MARKER).write_text(json.dumps({"built_by": "pflcore report", "pid": os.getpid(),
+                                                  "started": records.now()}) + "\n", encoding="utf-8")
+            yield new
+            swap_in(new, target)
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+
+
 def failures(out: str | Path) -> list[dict]:
     """The notebooks that failed to execute in the build written to ``out`` ({"notebook", "error"})."""
     path = Path(out) / FAILED
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    if not path.exists():
+        return []
+    try:
+        failed = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        failed = None
+    if not isinstance(failed, list) or not all(isinstance(f, dict) and isinstance(f.get("notebook"), str)
+                                               for f in failed):
+        raise ReportRefused(f"{path} cannot be read as the list of notebooks that failed in a build; build the "
+                            "report again.")
+    return failed
 
 
 def commit_figures(out: str | Path, root: str | Path | None = None) -> Path:
     """Replace the figures under ``figures/`` by those a build in ``out`` drew from the
     records, and write ``figures/MANIFEST.json`` (figure -> the records it is drawn from),
     so that every committed figure traces to committed records. Returns the manifest.
-    Refused (:class:`FiguresKept`, ``figures/`` untouched) when a notebook failed in that build."""
+    Refused (:class:`FiguresKept`, ``figures/`` untouched) when a notebook failed in that build;
+    refused (:class:`ReportRefused`) when ``out`` lists a figure outside itself. The new
+    ``figures/`` is put together beside the old one and swapped in at once, under a lock on the
+    project's folder (two at once: the second is refused)."""
     root = project_root(root)
+    out = Path(out)
     failed = failures(out)
     if failed:
         names = ", ".join(f["notebook"] for f in failed)
         raise FiguresKept(f"figures/ is left as it was: {len(failed)} notebook(s) failed in this build ({names}; "
                           f"the first: {failed[0]['error']}), and replacing figures/ would delete what they draw.")
-    drawn = json.loads((Path(out) / DRAWN).read_text(encoding="utf-8"))
+    drawn = _drawn(out)
     target = root / FIGURES_FOLDER
-    staging = target.with_name(f".{FIGURES_FOLDER}-staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    for entry in drawn:
-        dest = staging / entry["as"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(out) / entry["figure"], dest)
-    manifest = {entry["as"]: entry["records"] for entry in sorted(drawn, key=lambda e: e["as"])}
-    staging.mkdir(exist_ok=True)
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    for old in target.iterdir() if target.is_dir() else ():
-        if old.name not in NOT_FROM_RECORDS and old.name != "README.md":
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
-    target.mkdir(exist_ok=True)
-    for new in staging.iterdir():
-        new.rename(target / new.name)
-    staging.rmdir()
+    with exclusive(root, f"{FIGURES_FOLDER}/"):
+        for left in root.glob(f".{FIGURES_FOLDER}-new-*"):  # of a commit that was killed
+            shutil.rmtree(left, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{FIGURES_FOLDER}-new-", dir=root))
+        try:
+            for entry in drawn:
+                dest = staging / entry["as"]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(out / entry["figure"], dest)
+            manifest = {entry["as"]: entry["records"] for entry in sorted(drawn, key=lambda e: e["as"])}
+            (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+            for kept in target.iterdir() if target.is_dir() else ():  # not drawn from records: kept as they are
+                if kept.name in NOT_FROM_RECORDS or kept.name == "README.md":
+                    if kept.is_dir() and not kept.is_symlink():
+                        shutil.copytree(kept, staging / kept.name, symlinks=True)
+                    else:
+                        shutil.copy2(kept, staging / kept.name, follow_symlinks=False)
+            swap_in(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     return target / MANIFEST
+
+
+def _drawn(out: Path) -> list[dict]:
+    """The figures a build in ``out`` drew (:data:`DRAWN`), each a file inside ``out`` going to a
+    place inside ``figures/``; anything else is one sentence naming the file."""
+    path = out / DRAWN
+    try:
+        drawn = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        raise ReportRefused(f"{path} cannot be read as the list of figures a build drew; build the report again.") \
+            from None
+    real = out.resolve()
+    for entry in drawn if isinstance(drawn, list) else [None]:
+        ok = (isinstance(entry, dict) and isinstance(entry.get("figure"), str) and isinstance(entry.get("as"), str)
+              and isinstance(entry.get("records"), list) and all(isinstance(r, str) for r in entry["records"]))
+        if ok:
+            source, place = (out / entry["figure"]).resolve(), PurePosixPath(entry["as"])
+            ok = (source.is_relative_to(real) and source.is_file() and not place.is_absolute() and bool(place.parts)
+                  and ".." not in place.parts and "\\" not in entry["as"] and place.parts[0] not in NOT_FROM_RECORDS
+                  and entry["as"] not in (MANIFEST, "README.md"))
+        if not ok:
+            raise ReportRefused(f"{path} lists a figure that is not one the build drew into its own folder "
+                                f"({records.shorten(json.dumps(entry))}); build the report again.")
+    return drawn
 
 
 def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in str(text)).strip("-").lower()
 
 
-__all__ = ["Cell", "FiguresKept", "build", "cells_of", "close_rivals", "commit_figures", "failures", "first_place",
+__all__ = ["Cell", "FiguresKept", "ReportRefused", "build", "building", "is_report", "cells_of", "close_rivals", "commit_figures", "failures", "first_place",
            "paired_t", "verdict"]
