@@ -435,7 +435,7 @@ def read_plan(root: Path | None = None) -> dict:
             if name not in run:
                 raise refuse(f"{where} has no {name!r}")
             if not isinstance(run[name], kind):
-                raise refuse(f"{where}'s {name!r} is {_kind(run[name])}, not {words}")
+                raise refuse(f"the {name!r} of {where} is {_kind(run[name])}, not {words}")
         key = run["key"]
         if key in seen:
             raise refuse(f"the entry {key!r} is listed twice")
@@ -478,6 +478,8 @@ def verify_records(plan: dict, root: Path | None = None) -> dict[str, str]:
             path = root / rel
             if not path.exists() and not path.is_symlink():
                 read[rel] = (None, "is not on disk")
+            elif not path.is_file():  # a folder, a pipe, a device: never opened (a pipe would wait forever)
+                read[rel] = (None, "is not a regular file")
             else:
                 try:
                     read[rel] = (records.read(path), "")

@@ -506,6 +506,8 @@ def test_a_damaged_or_hand_edited_plan_is_refused_in_one_sentence_naming_it(tmp_
 
 
 def test_status_and_next_believe_the_records_on_disk_not_the_plan(tmp_path, monkeypatch, capsys):
+    import os
+
     _project(tmp_path, monkeypatch)
     ran = []
     monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
@@ -513,9 +515,13 @@ def test_status_and_next_believe_the_records_on_disk_not_the_plan(tmp_path, monk
     good = _recorded(tmp_path, entry)
     folder = f"{records.RECORDS_FOLDER}/{entry.notebook}"
     (tmp_path / folder / "damaged.json").write_text('{"schema": "pflcore.run-record", "schema_version"')
+    os.mkfifo(tmp_path / folder / "pipe.json")  # opened, it would wait for a writer forever
+    (tmp_path / folder / "folder.json").mkdir()
     capsys.readouterr()  # what the toy run printed
     cases = {  # what plan.json says of `other` -> what status must say of it
         f"{folder}/missing.json": "is not on disk",
+        f"{folder}/pipe.json": "is not a regular file",
+        f"{folder}/folder.json": "is not a regular file",
         f"{folder}/damaged.json": "is refused by the record checks",
         good: "is a record of another run",  # entry's record (seed 0) listed under seed 1's entry
     }
@@ -537,7 +543,9 @@ def test_status_and_next_believe_the_records_on_disk_not_the_plan(tmp_path, monk
     campaign.write_plan({"runs": [{"key": entry.key, "records": [good]}]}, tmp_path)
     plan, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
     assert problems == {} and plan["done"] == 1
-    (tmp_path / folder / "damaged.json").unlink()
+    for name in ("damaged.json", "pipe.json"):
+        (tmp_path / folder / name).unlink()
+    (tmp_path / folder / "folder.json").rmdir()
     campaign.next_runs(1, commit=False, root=tmp_path, log=lambda *a, **k: None)
     assert ran == [campaign.CAMPAIGN[0].key]
 
