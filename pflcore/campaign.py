@@ -603,7 +603,12 @@ ABOUT = ("The campaign (python -m pflcore.campaign): one entry per run, in the o
          + "; ".join(f"{i}. {words}" for i, words in enumerate(STAGES)) + ". 'records' lists the committed "
          "records an entry produced, empty while it remains; 'tables' gives, per table, the entries recorded and "
          "left and the CPU-hours (estimate_s: seconds of rounds on this kind of 2-core machine, from the "
-         "records' own timings where a run of the method in that setting has one) it still needs to be whole.")
+         "records' own timings where a run of the method in that setting has one, else scaled from them by the "
+         "method's measured cost; the code's comments say which) it still needs to be whole. A row whose config is "
+         "another entry's run (by fingerprint) has no entry of its own: its notebook reads that record. Not in the "
+         "plan because it cannot run here: FedFA Table 3's Mixed Digits column (no DIGIT-5 data on this machine), "
+         "and the papers' columns on datasets this machine does not have (CIFAR-10/100, CINIC-10, EMNIST, "
+         "Tiny-ImageNet, AG News). python -m pflcore.campaign check KEY dry-runs an entry.")
 
 
 def seeds_per_row(plan: dict) -> dict[str, list[tuple[str, int, int]]]:

@@ -654,3 +654,39 @@ def test_no_two_entries_of_the_second_campaign_make_the_same_run():
                              partition={"samples_per_client": 600}, seed=seed)
         assert both.fingerprint() == t1 and (ROOT / "reproductions" / "fedpac" / "t1_main" /
                                              f"fedpac-fmnist-seed{seed}-{t1}.json").exists()
+
+
+def test_each_entry_of_the_second_campaign_names_parameters_and_rows_its_notebook_has():
+    """What `check KEY` (a dry run of the notebook, reading records only) showed for one entry of each
+    kind, held without running a notebook: every parameter an entry passes is one its notebook's
+    parameters cell defines, each row is a method pflcore has with parameters it accepts, and a row of
+    a notebook whose paper preset lists its rows is one of them (the paper's row, not another)."""
+    import ast
+
+    from pflcore.algorithms.hyperparams import check_hyperparams
+    from pflcore.papers import split_label
+    from pflcore.yaml_io import read_yaml_file
+
+    def defined_in(notebook: str) -> set[str]:
+        """The names the notebook's parameters cell assigns (papermill's own reading misses a list
+        whose strings hold '=', FedFA Table 3's methods)."""
+        cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+        [cell] = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+        tree = ast.parse("".join(cell["source"]))
+        return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
+
+    second = [e for e in campaign.CAMPAIGN if e.stage > 0]
+    assert {e.stage for e in second} == set(range(1, len(campaign.STAGES)))
+    defined = {nb: defined_in(nb) for nb in {e.notebook for e in second}}
+    for entry in second:
+        assert set(entry.parameters) <= defined[entry.notebook], entry.key
+        paper = read_yaml_file(ROOT / "params" / entry.notebook / "paper.yaml", "preset")
+        for label in entry.parameters.get("methods", []):
+            method, params = split_label(label)
+            assert method in ALGORITHMS, entry.key
+            check_hyperparams(method, ALGORITHMS[method].hyperparams, params)
+            assert label in paper.get("methods", [label]), entry.key
+        for name in ("settings", "sample_percents"):
+            assert set(entry.parameters.get(name, [])) <= set(paper.get(name, entry.parameters.get(name, []))), entry.key
+        seeds = entry.parameters.get("seeds", [entry.parameters.get("seed")])
+        assert seeds == [entry.seed] and entry.estimate_s > 0 and entry.group, entry.key
