@@ -341,6 +341,20 @@ def apply_assignment(values: dict, path: list[str], value: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .engine.results import OVERWRITE_FLAG_ENV
+
+    saved = os.environ.get(OVERWRITE_FLAG_ENV)
+    os.environ[OVERWRITE_FLAG_ENV] = "--overwrite"  # a results folder in the way: the sentence names the flag
+    try:
+        return _run_command(args)
+    finally:
+        if saved is None:
+            os.environ.pop(OVERWRITE_FLAG_ENV, None)
+        else:
+            os.environ[OVERWRITE_FLAG_ENV] = saved
+
+
+def _run_command(args: argparse.Namespace) -> int:
     from .config import ExperimentConfig, read_config_file
     from .engine import run
     from .errors import ConfigError

@@ -407,7 +407,8 @@ def memory_estimate(config: ExperimentConfig, shape: Any) -> int:
     """A lower bound, in bytes, of the memory a run needs: its clients' samples (float32
     tensors, train and test) where the partition gives each client a fixed number, and the
     models the server keeps (the global one plus, for FedEM, HypCluster and FedFomo, one per
-    component the method parameters ask for), counted on PyTorch's meta device."""
+    component the method parameters ask for), counted on PyTorch's meta device, and what else
+    the server keeps (pFedHN's hypernetwork, :func:`_server_bytes`)."""
     from .data.sources import TextShape
 
     p = config.partition
@@ -423,7 +424,22 @@ def memory_estimate(config: ExperimentConfig, shape: Any) -> int:
     count_name = MODEL_COUNTS.get(config.method)
     count = config.method_params.get(count_name, 0) if count_name else 0
     copies = 1 + (min(count, 10**6) if is_int(count) and count > 0 else 0)
-    return int(samples * (sample + 16)) + copies * _model_bytes(config.model, shape)
+    model = _model_bytes(config.model, shape)
+    return int(samples * (sample + 16)) + copies * model + _server_bytes(config, model // 4)
+
+
+def _server_bytes(config: ExperimentConfig, model_parameters: int) -> int:
+    """What the method's server keeps besides its models (pFedHN: the hypernetwork that
+    generates them), as the method counts it (``server_bytes``); 0 for methods without one."""
+    from .algorithms import ALGORITHMS
+
+    count = getattr(ALGORITHMS.get(config.method), "server_bytes", None)
+    if count is None:
+        return 0
+    try:
+        return max(0, int(count(config.method_params, model_parameters, config.num_clients)))
+    except (TypeError, ValueError, KeyError, OverflowError):  # a bad parameter is refused by its own check
+        return 0
 
 
 def _model_bytes(model: str, shape: Any) -> int:

@@ -211,7 +211,15 @@ def use_preset(notebook: str, preset: str, namespace: dict, log=print) -> dict:
         if isinstance(namespace.get(name), (str, Path)):
             namespace[name] = str(project_path(namespace[name]))
     if "figures_dir" in namespace:
-        Path(namespace["figures_dir"]).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(namespace["figures_dir"]).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way, no permission, a read-only disk: one sentence naming it
+            from .errors import ConfigError, shorten
+
+            what = (exc.strerror or type(exc).__name__).lower()
+            raise ConfigError(f"notebook parameter 'figures_dir' = {shorten(namespace['figures_dir'])} is not a "
+                              f"folder figures can be written to ({what}"
+                              + (f": {exc.filename}" if exc.filename else "") + ").") from None
     where = ", ".join(f"{what} in {namespace[n]}" for n, what in (("output_dir", "results"), ("figures_dir", "figures"))
                       if n in namespace)
     changes = preset_changes(chosen, smoke, namespace, given) if preset != "smoke" else {}

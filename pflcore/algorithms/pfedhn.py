@@ -21,7 +21,7 @@ initial model's.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -75,6 +75,18 @@ class PFedHN(Algorithm):
         "local_steps": Param(0, low=0, high=10000, doc="client SGD steps (0: the run's local epochs)"),
         "clip": Param(50.0, low=0, doc="gradient-norm clip of the client's steps and the server's (0: none)"),
     }
+
+    @classmethod
+    def server_bytes(cls, params: Mapping[str, Any], model_parameters: int, num_clients: int) -> int:
+        """float32 bytes the server keeps besides the global model: the hypernetwork (its
+        embeddings, MLP and one output layer per generated tensor, ``(hidden + 1)`` weights per
+        generated parameter) and its SGD momentum, as many again (what config validation counts)."""
+        p = {**cls.defaults, **params}
+        hidden, layers = int(p["hidden"]), int(p["hidden_layers"])
+        dim = int(p["embedding_dim"]) or max(1, (1 + num_clients) // 4)
+        weights = num_clients * dim + (dim + 1) * hidden + layers * (hidden + 1) * hidden
+        weights += (hidden + 1) * model_parameters
+        return 2 * 4 * weights
 
     def _hypernetwork(self, num_clients: int, shapes: Mapping[str, list[int]]) -> HyperNetwork:
         dim = self.embedding_dim or max(1, (1 + num_clients) // 4)

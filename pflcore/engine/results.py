@@ -83,10 +83,20 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+#: Set (to the flag's spelling) by a command line that has an ``--overwrite`` flag, for it and the
+#: processes it starts: the sentences below then name the flag instead of the keyword argument.
+OVERWRITE_FLAG_ENV = "PFLCORE_OVERWRITE_FLAG"
+
+
+def overwrite_words() -> str:
+    """How the user asks for a fresh run: ``--overwrite`` from the command line, else ``overwrite=True``."""
+    return os.environ.get(OVERWRITE_FLAG_ENV) or "overwrite=True"
+
+
 def _damaged(path: Path, what: str = "is damaged") -> ResultsError:
     folder = path.parent
-    return ResultsError(f"results file {path} {what}; delete the folder {folder} (or pass overwrite=True / "
-                        f"--overwrite) to run the experiment again.")
+    return ResultsError(f"results file {path} {what}; delete the folder {folder} (or pass {overwrite_words()}) to "
+                        "run the experiment again.")
 
 
 def read_json(path: Path) -> Any:
@@ -171,8 +181,8 @@ class RunResult:
                                "--train) to analyse its final models.")
         if self.path is None or not (self.path / FINAL_STATE).exists():
             raise ResultsError(f"the run in {self.path} kept no final state (runs finished before pflcore "
-                               "saved one, or results never written to disk); run it again with overwrite=True "
-                               "to keep one.")
+                               "saved one, or results never written to disk); run it again with "
+                               f"{overwrite_words()} to keep one.")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -329,7 +339,8 @@ class RunDirectory:
             if recorded != self.fingerprint:
                 raise ResultsConflictError(
                     f"results directory {self.path} holds a different experiment (fingerprint {recorded}, "
-                    f"this config {self.fingerprint}); choose another name or output_dir, or pass overwrite=True.")
+                    f"this config {self.fingerprint}); choose another name or output_dir, or pass "
+                    f"{overwrite_words()}.")
         elif any(p.name != LOCK_NAME and not _is_temp(p) and not p.name.startswith(PROBE_PREFIX)
                  for p in self.path.iterdir()):
             raise ResultsConflictError(f"results directory {self.path} exists but is not a pflcore run; "
@@ -482,7 +493,7 @@ class RunDirectory:
         if not isinstance(ckpt, dict):
             raise ResultsError(f"{self.checkpoint_path} is not a pflcore checkpoint or is damaged; delete it to "
                                f"restart this run from round 1, or delete the folder {self.path} "
-                               "(or pass overwrite=True / --overwrite) to start over.")
+                               f"(or pass {overwrite_words()}) to start over.")
         return ckpt if ckpt.get("fingerprint") == self.fingerprint else None
 
     def save_checkpoint(self, ckpt: dict) -> None:

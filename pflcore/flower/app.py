@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 import uuid
 import warnings
@@ -137,7 +138,7 @@ class GridExecutor:
         if reply is None:
             return failed(f"node {node} sent no reply within {self.timeout} s", False)
         if reply.has_error():
-            return failed(f"node {node} failed: {reply.error.reason}", True)
+            return failed(f"node {node} failed: {readable_reason(reply.error.reason)}", True)
         try:
             head = reply.content[RESULT]
             if head["token"] != token:
@@ -157,6 +158,31 @@ class GridExecutor:
 
     def close(self) -> None:
         pass
+
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")  # terminal colour and cursor codes
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt|Exit|Failed)):\s*(.+?)\s*$")
+
+
+def readable_reason(reason: Any) -> str:
+    """A failing node's reason as one readable sentence: Flower's ``<class 'X'>:<'text'>`` and
+    Ray's task-error text (a traceback, coloured for a terminal) become ``X: the error's own
+    message`` (its last ``SomeError: ...`` line), without terminal codes, on one line."""
+    text = _ANSI.sub("", str(reason))
+    kind = ""
+    wrapped = re.fullmatch(r"\s*<class '([\w.]+)'>:<'(.*)'>\s*", text, flags=re.DOTALL)
+    if wrapped:
+        kind, text = wrapped.group(1).rsplit(".", 1)[-1], wrapped.group(2)
+    lines = [line for line in text.replace("\\n", "\n").splitlines() if line.strip()]
+    errors = [m for m in map(_ERROR_LINE.match, lines) if m]
+    if errors:  # the innermost error raised on the node (a traceback ends with it)
+        kind, message = errors[-1].group(1), errors[-1].group(2)
+    else:
+        message = lines[-1].strip() if lines else "no reason given"
+    sentence = " ".join((f"{kind}: {message}" if kind else message).split())
+    if len(sentence) > 400:
+        sentence = sentence[:397] + "..."
+    return sentence if sentence.endswith((".", "!", "?")) else sentence + "."
 
 
 def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
@@ -180,7 +206,8 @@ def query_partitions(grid: Grid, nodes: list[int], timeout: float | None) -> dic
     out: dict[int, int | None] = {}
     for reply in replies:
         if reply.has_error():
-            log.warning("node %s failed the partition query: %s", reply.metadata.src_node_id, reply.error.reason)
+            log.warning("node %s failed the partition query: %s", reply.metadata.src_node_id,
+                        readable_reason(reply.error.reason))
             continue
         pid = int(reply.content[NODE]["partition-id"])
         out[int(reply.metadata.src_node_id)] = pid if pid >= 0 else None

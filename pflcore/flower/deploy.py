@@ -121,6 +121,7 @@ def deploy(config: Any, *, supernodes: int = 2, workdir: str | Path | None = Non
     # The ServerApp runs in a process of the SuperLink's: give it absolute paths.
     config = config.replace(output_dir=str(Path(config.output_dir).resolve()))
     work = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="pflcore-deploy-"))
+    claim_workdir(work)
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     (work / "home").mkdir(exist_ok=True)
@@ -176,6 +177,32 @@ def deploy(config: Any, *, supernodes: int = 2, workdir: str | Path | None = Non
         stopped = stop(procs)
         if result is not None:
             result.extras["flower"]["stopped_pids"] = stopped
+
+
+#: Written into every workdir deploy uses: a folder holding it is one deploy may write again.
+WORKDIR_MARKER = ".pflcore-deploy"
+#: What deploy writes into its workdir (a workdir of an earlier pflcore holds these and nothing else).
+WORKDIR_ENTRIES = ("app", "home", "logs", "experiment.json", "report.json", "run_config.toml", WORKDIR_MARKER)
+
+
+def claim_workdir(work: Path) -> None:
+    """Refuse (one sentence naming ``workdir``) a folder deploy did not create: deploy writes its
+    app, config and logs there, so a folder of the user's would have files overwritten. A new or
+    empty folder, or one an earlier deploy wrote (the same command resumes there), is marked as deploy's."""
+    from ..errors import ConfigError
+
+    if work.exists() and not work.is_dir():
+        raise ConfigError(f"workdir {work} is a file, and deploy writes a folder there; choose a new "
+                          "folder (or none: a temporary one).")
+    names = sorted(p.name for p in work.iterdir()) if work.is_dir() else []
+    earlier = "experiment.json" in names and all(n in WORKDIR_ENTRIES or n.startswith("state.db") for n in names)
+    if names and WORKDIR_MARKER not in names and not earlier:
+        raise ConfigError(f"workdir {work} already holds files deploy did not write "
+                          f"({', '.join(names[:5])[:160]}{', ...' if len(names) > 5 else ''}), and deploy "
+                          "would overwrite its app/, home/, logs/ and config files there; choose a new or empty "
+                          "folder (or none: a temporary one).")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / WORKDIR_MARKER).write_text("a working folder of python -m pflcore.flower.deploy\n")
 
 
 def stop(procs: Sequence[subprocess.Popen], grace: float = 10.0) -> list[int]:
@@ -355,6 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="show Python tracebacks instead of one-line errors (also: PFLCORE_DEBUG=1)")
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("PFLCORE_DEBUG", "") not in ("", "0")
+    from ..engine.results import OVERWRITE_FLAG_ENV
+
+    saved = os.environ.get(OVERWRITE_FLAG_ENV)
+    os.environ[OVERWRITE_FLAG_ENV] = "--overwrite"  # the nodes' sentences name the flag (they inherit it)
     try:
         result = deploy(args.config, supernodes=args.supernodes, workdir=args.workdir, overwrite=args.overwrite,
                         timeout=args.timeout, run_timeout=args.run_timeout, threads=args.threads)
@@ -370,6 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = str(exc).splitlines()[0] if isinstance(exc, DeploymentError) else describe(exc)  # logs hold the rest
         print(f"{prog}: {text}", file=sys.stderr)
         return EXIT_USER_ERROR if isinstance(exc, (*_known_errors(), DeploymentError)) else 1
+    finally:
+        if saved is None:
+            os.environ.pop(OVERWRITE_FLAG_ENV, None)
+        else:
+            os.environ[OVERWRITE_FLAG_ENV] = saved
     s = result.summary
     print(f"{s['method']} on {args.supernodes} SuperNodes: acc_mean {s['acc_mean']:.2f} +- {s['acc_std']:.2f} "
           f"after {s['rounds']} rounds; results in {result.path}")

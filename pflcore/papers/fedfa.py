@@ -145,12 +145,24 @@ def fedfa_validation_config(method: str, samples_per_client: int = 1000, **chang
     return fedfa_config(method, "fmnist", "c2", **changes)
 
 
+def check_per_class(per_class: Any) -> int:
+    """Appendix F.2's ``per_class`` (verification samples per class): a whole number >= 1, else
+    one sentence naming the parameter (the notebook checks it before it trains anything)."""
+    from ..errors import ConfigError, shorten
+
+    if not isinstance(per_class, int) or isinstance(per_class, bool) or per_class < 1:
+        raise ConfigError(f"notebook parameter 'per_class' = {shorten(per_class)} is not allowed: it must be a whole "
+                          "number >= 1 (verification samples per class of the t-SNE and the cosine pairs).")
+    return per_class
+
+
 def f2_feature_views(result: RunResult, per_class: int = 10) -> tuple[FeatureEmbedding, tuple[np.ndarray, np.ndarray]]:
     """Appendix F.2 (Figures 2, 6, 7) from a run's final models: the t-SNE of every client's
     local features on a verification set of ``per_class`` samples per class (each client's
     held classes), and the cosine similarities of positive and negative feature pairs across
     clients. Kept in the run's record (:func:`pflcore.records.derived_arrays`), so that a run
     read from its record draws the figure without training."""
+    check_per_class(per_class)
     def compute(run: RunResult) -> dict[str, np.ndarray]:
         sim = final_simulation(run)
         try:
