@@ -482,7 +482,7 @@ def verify_records(plan: dict, root: Path | None = None) -> dict[str, str]:
                 read[rel] = (None, "is not a regular file")
             else:
                 try:
-                    read[rel] = (records.read(path), "")
+                    read[rel] = (_read_record(path), "")
                 except records.RecordError as err:
                     read[rel] = (None, f"is refused by the record checks ({str(err).rstrip('.')})")
                 except (OSError, ValueError) as err:
@@ -588,12 +588,61 @@ def believed(plan: dict, root: Path | None = None) -> tuple[dict, dict[str, str]
 
 
 def current_plan(root: Path | None = None) -> dict:
-    """The plan as it stands: every campaign entry with its records (those noted before)."""
+    """The plan as it stands: every campaign entry with its records (those noted before) and its
+    estimate: the mean of the seconds its row's recorded seeds took where it has some
+    (:func:`measured_seconds`; ``measured`` says from how many records), else the campaign's own."""
     done = {r["key"]: r.get("records", []) for r in read_plan(root).get("runs", [])}
-    runs = [{"key": e.key, "table": e.group, "stage": e.stage, "notebook": e.notebook, "label": e.label,
-             "seed": e.seed, "parameters": e.parameters, "estimate_s": e.estimate_s, "records": done.get(e.key, [])}
-            for e in CAMPAIGN]
+    measured = measured_seconds(done, root)
+    runs = []
+    for e in CAMPAIGN:
+        seconds = measured.get((e.notebook, e.label), []) if _trains_once(e) and not done.get(e.key) else []
+        runs.append({"key": e.key, "table": e.group, "stage": e.stage, "notebook": e.notebook, "label": e.label,
+                     "seed": e.seed, "parameters": e.parameters,
+                     "estimate_s": round(sum(seconds) / len(seconds), -1) if seconds else e.estimate_s,
+                     "measured": len(seconds), "records": done.get(e.key, [])})
     return {"about": ABOUT, **current_plan_counts({"runs": runs}), "runs": runs}
+
+
+_READ: dict[tuple, dict] = {}  # a record file as it is now (path, inode, mtime, size) -> the record read from it
+
+
+def _read_record(path: Path) -> dict:
+    """:func:`pflcore.records.read`, once per file as it is now (a record is rewritten whole, to a
+    new inode), so that status and next read each record once however often they look."""
+    st = path.stat()
+    stamp = (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+    if stamp not in _READ:
+        _READ[stamp] = records.read(path)
+    return _READ[stamp]
+
+
+def _trains_once(entry: Entry) -> bool:
+    """Whether the entry's run is one training with one record (its time is its record's seconds)."""
+    return len(entry.methods) == 1 and entry.records_written <= 1 and not entry.probe_free
+
+
+def measured_seconds(done: dict[str, list[str]], root: Path | None = None) -> dict[tuple[str, str], list[float]]:
+    """Per row of the campaign (notebook, label), the seconds of rounds its recorded seeds took
+    (each record's ``summary.seconds``), from the records ``done`` notes (entry key -> paths); a
+    record that cannot be read is left out (:func:`verify_records` says why)."""
+    root = root or project_root()
+    known = {e.key: e for e in CAMPAIGN}
+    out: dict[tuple[str, str], list[float]] = {}
+    for key, rels in done.items():
+        entry = known.get(key)
+        if entry is None or not _trains_once(entry) or len(rels) != 1 or not isinstance(rels[0], str):
+            continue
+        path = root / rels[0]
+        try:
+            if not path.is_file():
+                continue
+            record = _read_record(path)
+            seconds = float(record["summary"]["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if record.get("notebook") == entry.notebook and 0 < seconds < float("inf"):
+            out.setdefault((entry.notebook, entry.label), []).append(seconds)
+    return out
 
 
 #: The plan's ``about``: what it is and the order ``next`` takes its entries in.
@@ -917,6 +966,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RuntimeError as err:  # a notebook failed: its records so far are committed, the message says where
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # the disk is full, a folder cannot be written: where and why, not a traceback
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        print(f"error: the campaign stopped: {err.strerror or err}{where}.", file=sys.stderr)
         return 1
     return 0
 

@@ -690,3 +690,25 @@ def test_each_entry_of_the_second_campaign_names_parameters_and_rows_its_noteboo
             assert set(entry.parameters.get(name, [])) <= set(paper.get(name, entry.parameters.get(name, []))), entry.key
         seeds = entry.parameters.get("seeds", [entry.parameters.get("seed")])
         assert seeds == [entry.seed] and entry.estimate_s > 0 and entry.group, entry.key
+
+
+def test_a_row_s_remaining_seeds_are_estimated_from_its_recorded_seeds(tmp_path, monkeypatch):
+    """Once a row has a record, its other seeds' estimate is what the recorded ones took (their
+    summary seconds), and the table's hours left follow; an entry of several records, or without a
+    recorded sibling, keeps the campaign's own estimate."""
+    _project(tmp_path, monkeypatch)
+    entry = _t1_local(0)
+    rel = _recorded(tmp_path, entry)
+    seconds = records.read(tmp_path / rel)["summary"]["seconds"]
+    campaign.write_plan({"runs": [{"key": entry.key, "records": [rel]}]}, tmp_path)
+    plan = campaign.current_plan(tmp_path)
+    rows = {r["key"]: r for r in plan["runs"]}
+    for seed in (1, 2):
+        assert rows[_t1_local(seed).key]["estimate_s"] == round(seconds, -1)
+        assert rows[_t1_local(seed).key]["measured"] == 1
+    assert rows[entry.key]["measured"] == 0 and rows[entry.key]["estimate_s"] == entry.estimate_s  # done: its own
+    fedavg = next(e for e in campaign.CAMPAIGN if e.key == "fedpac/t1_main | fedavg+fedavg_ft+knn_per | seed 1")
+    assert rows[fedavg.key]["estimate_s"] == fedavg.estimate_s and rows[fedavg.key]["measured"] == 0
+    t1 = plan["tables"]["FedPAC T1 (20 clients)"]
+    assert t1["remaining_estimate_s"] == sum(r["estimate_s"] for r in plan["runs"]
+                                             if r["table"] == "FedPAC T1 (20 clients)" and not r["records"])
