@@ -27,9 +27,113 @@ import numpy as np
 from .. import records
 from ..papers import display_name, split_label
 from ..project import project_root
-from .catalogue import CATALOGUE, FIGURES, PAPERS, TABLES, FigureSpec, TableSpec
+from .catalogue import (ALL_TABLES, CATALOGUE, FIGURES, PAPERS, TABLES, FigureSpec, TableSpec, column_status,
+                        config_values)
 
-WITHIN_POINTS = 1.0  # "reproduced": within one std over seeds or within this many points of the paper
+#: The reproduction rule (stated on every page, :func:`rule_words`). A row needs MIN_SEEDS seeds
+#: to be judged (fewer: "preliminary"). Its judge is the error rate (100 - accuracy), ours against
+#: the paper's, so that 99.59 against 99.71 is judged on 0.41 against 0.29, not on a tenth of a
+#: point: the tolerance is ERROR_TOLERANCE of the paper's error rate, and our mean's uncertainty
+#: is its two-sided CONFIDENCE t-interval over the seeds (ddof 1, n - 1 degrees of freedom).
+MIN_SEEDS = 3
+CONFIDENCE = 0.95
+ERROR_TOLERANCE = 0.10
+#: A comparison a claim rests on is tested (paired t over seeds, McNemar per seed) when its
+#: margin is under CLOSE_STDS of the larger std over seeds of the two rows, whatever its sign.
+CLOSE_STDS = 2.0
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The rule applied to one row: ``status`` is "reproduced" (our mean's error rate is within the
+    tolerance of the paper's, and our interval is no wider than the tolerance), "differs" (our
+    interval lies wholly outside the paper's error rate +- the tolerance), "inconclusive" (neither:
+    the mean is beyond the tolerance but the interval reaches it, or the interval is wider than the
+    tolerance) or "preliminary" (fewer than :data:`MIN_SEEDS` seeds); in points of error rate."""
+
+    status: str
+    n: int
+    error: float  # ours: 100 - mean over seeds
+    paper_error: float
+    tolerance: float
+    half_width: float  # of our t-interval (nan below 2 seeds)
+
+    @property
+    def gap(self) -> float:
+        return self.error - self.paper_error
+
+    def words(self) -> str:
+        gap = f"error rate {self.error:.2f} against the paper's {self.paper_error:.2f} ({self.gap:+.2f} points)"
+        if self.status == "preliminary":
+            return f"{self.n} seed{'s' if self.n != 1 else ''}; the rule needs {MIN_SEEDS}; {gap}"
+        interval = f"{int(round(100 * CONFIDENCE))}% interval \u00b1{self.half_width:.2f}"
+        return f"{gap}; tolerance \u00b1{self.tolerance:.2f}, {interval} over {self.n} seeds"
+
+
+def judge(values, paper: float) -> Judgement:
+    """The reproduction rule on our values over seeds (accuracies, %) against the paper's number."""
+    from scipy import stats
+
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    error, paper_error = 100.0 - float(values.mean()), 100.0 - float(paper)
+    tolerance = ERROR_TOLERANCE * paper_error
+    half = (float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * values.std(ddof=1) / math.sqrt(n)) if n > 1
+            else float("nan"))
+    if n < MIN_SEEDS:
+        status = "preliminary"
+    elif abs(error - paper_error) > tolerance + half:
+        status = "differs"
+    elif abs(error - paper_error) <= tolerance and half <= tolerance:
+        status = "reproduced"
+    else:
+        status = "inconclusive"
+    return Judgement(status, n, error, paper_error, tolerance, half)
+
+
+def rule_words(example: tuple[str, float, float, "Judgement"] | None = None) -> str:
+    """The rule in words, with its constants and their reason (on every page); ``example``: a
+    recorded row (its name, our mean, the paper's number, its judgement) to show it on, and the
+    records' seed spread fields (:func:`seed_spread`) are filled in by the caller."""
+    pct = int(round(100 * ERROR_TOLERANCE))
+    conf = int(round(100 * CONFIDENCE))
+    shown = ""
+    if example is not None:
+        name, ours, paper, j = example
+        shown = (f" (so {name}, ours {ours:.2f} against the paper's {paper:.2f}, is judged on error rates "
+                 f"{j.error:.2f} against {j.paper_error:.2f}, tolerance \u00b1{j.tolerance:.2f})")
+    return (f"A row is judged once it has {MIN_SEEDS} seeds; with fewer it is <b>preliminary</b>, never reproduced "
+            f"or differs. Its error rate (100 minus the accuracy, mean over seeds) is set against the paper's, with a "
+            f"tolerance of {pct}% of the paper's error rate{shown}; our uncertainty is the two-sided {conf}% "
+            f"t-interval of the mean over seeds (std with ddof 1, n - 1 degrees of freedom). <b>reproduced</b>: our "
+            f"error rate is within the tolerance of the paper's and the interval is no wider than the tolerance; "
+            f"<b>differs</b>: the interval lies wholly outside the paper's error rate \u00b1 the tolerance; "
+            f"<b>inconclusive</b>: neither (the mean is beyond the tolerance but the interval reaches it, or the "
+            f"interval is wider than the tolerance: more seeds are needed to tell). Why these constants: {MIN_SEEDS} "
+            f"seeds are the fewest whose std has more than one degree of freedom; a tolerance relative to the error "
+            f"rate keeps its meaning at every accuracy, where a fixed number of points would let a high row's "
+            f"error rate double; {pct}% of the error rate is {{spread_ratio}} times the median std over seeds of a row's "
+            f"error rate in the records ({{spread_median}}% of it, over {{spread_rows}} rows with {MIN_SEEDS} seeds "
+            f"or more), so a gap beyond it is more than seed noise. The paper's own \u00b1 (over its runs or its "
+            f"clients, as labelled) is shown beside its number and never enters the rule.")
+
+
+def seed_spread(tables: Iterable[tuple[TableSpec, dict]]) -> dict:
+    """The records' typical seed-to-seed spread of a row's error rate, relative to it (the reason for
+    :data:`ERROR_TOLERANCE` given on the pages): the median, over the rows with :data:`MIN_SEEDS`
+    seeds or more, of std over seeds / error rate."""
+    ratios = []
+    for spec, cells in tables:
+        for cell in cells.values():
+            if cell.n >= MIN_SEEDS:
+                v = cell.values(spec.metric)
+                if np.all(np.isfinite(v)) and 100 - v.mean() > 0:
+                    ratios.append(float(v.std(ddof=1) / (100 - v.mean())))
+    if not ratios:
+        return {"spread_ratio": "(no row with enough seeds yet)", "spread_median": "?", "spread_rows": 0}
+    median = float(np.median(ratios))
+    return {"spread_ratio": f"{ERROR_TOLERANCE / median:.1f}" if median > 0 else "many",
+            "spread_median": f"{100 * median:.1f}", "spread_rows": len(ratios)}
 
 
 # ---------------------------------------------------------------------- from records to cells
@@ -63,10 +167,11 @@ class Cell:
 
 
 def cells_of(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[tuple[str, str], Cell]:
-    """The table's cells from the records of its notebook, keyed (column, method); the runs of
-    a row's variant (:meth:`TableSpec.row_of`) are :func:`variant_cells`'."""
+    """The table's cells from the records of its notebook, keyed (column, method): one for every
+    row and every column of the paper's table (a column that cannot run here keeps none); the
+    runs of a row's variant (:meth:`TableSpec.row_of`) are :func:`variant_cells`'."""
     cells: dict[tuple[str, str], Cell] = {}
-    for column in spec.columns:
+    for column in dict.fromkeys([*spec.columns, *(c.key for c in spec.all_columns())]):
         paper, paper_std = spec.paper_numbers(column), spec.paper_stds(column)
         for method in spec.rows:
             cells[(column, method)] = Cell(column, method, paper=paper.get(method), paper_std=paper_std.get(method))
@@ -82,8 +187,10 @@ def variant_cells(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[t
     variants: dict[tuple[str, str], Cell] = {}
 
     def cell(column: str, row: str) -> Cell | None:
+        if row in spec.rows or column not in spec.columns:
+            return None
         method = split_label(row)[0]
-        if row in spec.rows or method not in spec.rows or column not in spec.columns:
+        if method not in spec.rows:
             return None
         if (column, row) not in variants:
             variants[(column, row)] = Cell(column, row, paper=spec.paper_numbers(column).get(method),
@@ -128,19 +235,15 @@ def other_settings(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> list[
 
 
 def verdict(cell: Cell, metric: str) -> tuple[str, str]:
-    """("reproduced" | "differs" | "not run yet", the reason in words)."""
+    """(status, the reason in words) of a row under the reproduction rule (:func:`judge`):
+    "reproduced", "differs", "inconclusive", "preliminary" (fewer than :data:`MIN_SEEDS` seeds),
+    "not run yet" or "no paper number"."""
     if not cell.n:
         return "not run yet", ""
     if cell.paper is None:
         return "no paper number", ""
-    diff = cell.mean(metric) - cell.paper
-    spread = cell.std(metric)
-    tolerance = max(WITHIN_POINTS, spread if math.isfinite(spread) else 0.0)
-    if abs(diff) <= tolerance:
-        within = (f"within one std over seeds ({spread:.2f})" if math.isfinite(spread) and spread >= abs(diff)
-                  else f"within {WITHIN_POINTS:.1f} point")
-        return "reproduced", within
-    return "differs", f"{diff:+.2f} points"
+    j = judge(cell.values(metric), cell.paper)
+    return j.status, j.words()
 
 
 # ---------------------------------------------------------------------- claims
@@ -177,46 +280,123 @@ def same_samples(x: Cell, y: Cell) -> list[tuple[int, int, int, float]]:
     return out
 
 
-def close_rivals(mine: Cell, others: list[Cell], metric: str) -> str:
-    """For each rival whose mean is within one std (over seeds) of ``mine``: the paired
-    t-test over the seeds both have, and per seed the exact McNemar test on the same test
-    samples (where the records keep per-sample hits). "" where no rival is that close."""
-    text = ""
-    spread = mine.std(metric)
-    close = [c for c in others if math.isfinite(spread) and abs(mine.mean(metric) - c.mean(metric)) <= spread]
-    for rival in close:
-        a, b = seed_matched(mine, rival, metric)
-        p = paired_t(a, b)
-        text += (f"; paired over {len(a)} seeds against {display_name(rival.method)}: "
-                 + (f"t-test p = {p:.3f}" if p is not None else "too few seeds for a t-test"))
-        tests = same_samples(mine, rival)
-        if tests:
-            text += ("; on the same test samples (exact McNemar, per seed): "
-                     + ", ".join(f"seed {seed}: {a_only} vs {b_only}, p = {pv:.3g}" for seed, a_only, b_only, pv in tests))
+def is_close(mine: Cell, rival: Cell, metric: str) -> bool:
+    """Whether a comparison is close enough to be tested: its margin is under :data:`CLOSE_STDS`
+    of the larger of the two rows' stds over seeds, whatever its sign (a row with one seed has no
+    std: always tested)."""
+    spreads = [s for s in (mine.std(metric), rival.std(metric)) if math.isfinite(s)]
+    if len(spreads) < 2:
+        return True
+    return abs(mine.mean(metric) - rival.mean(metric)) < CLOSE_STDS * max(spreads)
+
+
+def comparison_tests(mine: Cell, rival: Cell, metric: str) -> str:
+    """The paired t-test over the seeds both rows have and, per seed, the exact McNemar test on
+    the same test samples (where both records keep their per-sample hits), in words."""
+    a, b = seed_matched(mine, rival, metric)
+    p = paired_t(a, b)
+    text = (f"paired t over {len(a)} seed{'s' if len(a) != 1 else ''}: "
+            + (f"p = {p:.3f}" if p is not None else "too few seeds for a t-test"))
+    tests = same_samples(mine, rival)
+    if tests:
+        text += ("; McNemar on the same test samples, per seed (samples only the first gets right vs only the "
+                 "second): " + ", ".join(f"seed {seed}: {a_only} vs {b_only}, p = {pv:.3g}"
+                                         for seed, a_only, b_only, pv in tests))
     return text
 
 
-def first_place(cells: dict, column: str, method: str, metric: str) -> dict:
-    """Whether ``method`` has the best mean in ``column`` (claims of FedPAC and FedCP); a
-    rival within one std is tested paired over seeds."""
-    mine = cells[(column, method)]
-    others = [c for (col, m), c in cells.items() if col == column and m != method and c.n]
-    if not mine.n or not others:
-        return {"status": "not run yet", "text": "not enough records yet"}
-    best_other = max(others, key=lambda c: c.mean(metric))
-    lead = mine.mean(metric) - best_other.mean(metric)
-    text = (f"{display_name(method)} {mine.mean(metric):.2f} (n={mine.n}) against the best other, "
-            f"{display_name(best_other.method)} {best_other.mean(metric):.2f} (n={best_other.n}): "
-            f"{lead:+.2f} points")
-    text += close_rivals(mine, others, metric)
-    complete = all(c.n for (col, m), c in cells.items() if col == column)
-    return {"status": claim_status(lead > 0, complete), "text": text}
+def close_rivals(mine: Cell, others: list[Cell], metric: str) -> str:
+    """For each rival close to ``mine`` (:func:`is_close`): its margin and the tests
+    (:func:`comparison_tests`). "" where none is that close."""
+    text = ""
+    for rival in others:
+        if rival.n and mine.n and is_close(mine, rival, metric):
+            text += (f"; against {display_name(rival.method)} ({mine.mean(metric) - rival.mean(metric):+.2f}): "
+                     + comparison_tests(mine, rival, metric))
+    return text
+
+
+def _missing(cell: Cell) -> str | None:
+    """Why a row does not count yet towards a claim's scope (None: it has its seeds)."""
+    if cell.n >= MIN_SEEDS:
+        return None
+    return "not run yet" if not cell.n else f"{cell.n} seed{'s' if cell.n != 1 else ''}"
+
+
+def check_claim(kind: str, spec: TableSpec, cells: dict, method: str, columns: tuple[str, ...],
+                over: str | None = None) -> dict:
+    """A paper claim checked from the cells, with its scope. ``kind``: "first" (``method`` ahead of
+    every other row in each of ``columns``), "lead" (ahead of ``over``), "scarcity" (pFedFDA's:
+    ahead under the first column, by more than under the second). Only the columns that can run
+    here count. It "holds" only when every row it compares has :data:`MIN_SEEDS` seeds in every
+    such column; else it "holds so far, against k of n baselines" per column, naming the missing.
+    Every comparison it rests on whose margin is close (:func:`is_close`) gets its tests."""
+    baselines = [over] if over else [m for m in spec.rows if m != method]
+    here = [c for c in columns if spec.runs_here(c)]
+    parts, scope, holds, any_compared, complete, gains = [], [], True, False, True, {}
+    for column in here:
+        title = spec.column_title(column)
+        mine = cells[(column, method)]
+        rivals = [cells[(column, m)] for m in baselines]
+        ready = [r for r in rivals if _missing(r) is None]
+        missing = [f"{spec.row_name(r.method)} ({_missing(r)})" for r in rivals if _missing(r) is not None]
+        complete = complete and not missing and _missing(mine) is None
+        scope.append((title, len(ready), len(rivals)))
+        recorded = [r for r in rivals if r.n]
+        if not mine.n or not recorded:
+            parts.append(f"{title}: {display_name(method)} " + ("not run yet" if not mine.n else
+                                                               "has no recorded rival yet"))
+            continue
+        any_compared = True
+        best = max(recorded, key=lambda c: c.mean(spec.metric))
+        lead = mine.mean(spec.metric) - best.mean(spec.metric)
+        gains[column] = lead
+        if kind != "scarcity":
+            holds = holds and lead > 0
+        text = (f"{title}: {display_name(method)} {mine.mean(spec.metric):.2f} (n = {mine.n}) against the best other, "
+                f"{spec.row_name(best.method)} {best.mean(spec.metric):.2f} (n = {best.n}): {lead:+.2f} points")
+        if mine.paper is not None and best.paper is not None:
+            text += f" (the paper's: {mine.paper - best.paper:+.2f})"
+        text += f"; checked against {len(ready)} of {len(rivals)} baseline{'s' if len(rivals) != 1 else ''} with " \
+                f"{MIN_SEEDS} seeds or more" + (f" (missing: {', '.join(missing)})" if missing else "")
+        tested = [r for r in recorded if r is best or is_close(mine, r, spec.metric)]  # the nearest always
+        for rival in tested:
+            why = (f"under {CLOSE_STDS:g} stds over seeds" if is_close(mine, rival, spec.metric)
+                   else "the nearest rival")
+            text += (f"; against {spec.row_name(rival.method)} ({mine.mean(spec.metric) - rival.mean(spec.metric):+.2f}, "
+                     f"{why}): " + comparison_tests(mine, rival, spec.metric))
+        parts.append(text)
+    if kind == "scarcity":
+        first, second = columns
+        if first in gains and second in gains:
+            holds = gains[first] > 0 and gains[first] > gains[second]
+        else:
+            any_compared = False
+    if not any_compared:
+        return {"status": "not run yet", "text": "; ".join(parts) or "not enough records yet", "scope": scope}
+    words = "holds" if holds else "does not hold"
+    if not complete:
+        words += " so far, against " + "; ".join(
+            f"{k} of {n} baseline{'s' if n != 1 else ''}" + (f" in {title}" if len(scope) > 1 else "")
+            for title, k, n in scope)
+    text = "; ".join(parts)
+    if not spec.comparable:
+        text += ". On stand-in data: " + ", ".join(sorted({spec.paper_column(c).stand_in for c in here
+                                                         if spec.paper_column(c).stand_in}))
+    return {"status": words, "text": text, "scope": scope}
 
 
 def claim_status(holds: bool, complete: bool) -> str:
-    """A paper claim's verdict from the records: "holds" or "does not hold", with "so far" while
-    a row it rests on has no record yet (that row could change it)."""
+    """A claim's verdict: "holds" or "does not hold", with "so far" while a row it rests on lacks
+    its seeds (:func:`check_claim` adds the scope)."""
     return ("holds" if holds else "does not hold") + ("" if complete else " so far")
+
+
+def first_place(cells: dict, column: str, method: str, metric: str, spec: TableSpec | None = None) -> dict:
+    """Whether ``method`` has the best mean in ``column`` (:func:`check_claim`'s "first" on one column)."""
+    spec = spec or next(t for t in ALL_TABLES if (column, method) in cells and column in t.columns
+                        and method in t.rows and t.metric == metric)
+    return check_claim("first", spec, cells, method, (column,))
 
 
 # ---------------------------------------------------------------------- building
@@ -254,10 +434,12 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
     table_status: dict[tuple[str, str], tuple[str, str]] = {}
     drawn: list[dict] = []  # {"figure": path in out, "as": path under figures/, "records": [...]}
     failed: list[dict] = []  # {"notebook": where, "error": ...}: executions that did not finish
-    for spec in TABLES:
+    judged = []  # (spec, cells) of every table, for the rule's reason (the records' seed spread)
+    for spec in ALL_TABLES:
         cells = cells_of(spec, found)
+        judged.append((spec, cells))
         figures = []
-        for column in spec.columns:
+        for column in spec.columns if spec.curves else ():
             runs = {m: cells[(column, m)].runs for m in spec.rows if cells[(column, m)].n}
             if not runs:
                 continue
@@ -267,17 +449,20 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
                              styles=sorted(spec.rows, key=lambda m: m != spec.paper),  # the paper's method first
                              title=spec.title if setting in spec.title else f"{spec.title}\n{setting}")
             figures.append((f"figures/{name}", f"{spec.column_title(column)}: {spec.curve_label} over rounds, "
-                                                f"mean over the recorded seeds (band: lowest to highest seed)"))
+                                                f"mean over the recorded seeds (band: lowest to highest seed); "
+                                                f"{_seeds_per_row(spec, runs)}"))
             drawn.append({"figure": f"figures/{name}", "as": f"{spec.notebook}/{_slug(column)}/seed_curves.png",
                           "records": sorted(record_ref(r) for rs in runs.values() for r in rs)})
         claim = spec.claim(cells) if spec.claim else None
-        notebooks_html = execute_notebooks(spec, cells, root, out, log, drawn, reuse, failed) if execute else []
+        notebooks_html = (execute_notebooks(spec, cells, root, out, log, drawn, reuse, failed)
+                          if execute and spec.execute else [])
         pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html, other_settings(spec, found),
-                                         variant_cells(spec, found)))
+                                         variant_cells(spec, found), config_values(spec, found, root)))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
         if figures and spec.curves_item:
             table_status[(spec.paper, spec.curves_item)] = (
-                "drawn from records", f"the accuracy curves of {spec.id}'s records, mean over the recorded seeds; "
+                "drawn from records", f"the accuracy curves of {spec.id}'s records, mean over the recorded seeds "
+                                      f"({_seeds_per_row(spec, {m: cells[(c, m)].runs for c in spec.columns for m in spec.rows if cells[(c, m)].n})}); "
                                       "see the paper's page")
     for spec in FIGURES if execute else ():
         drawn_here = execute_figure(spec, found, root, out, log, drawn, reuse, failed)
@@ -285,38 +470,125 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
             pages[spec.paper].figures.append(drawn_here)
             so_far = (f" of the {len(spec.needs)} runs it rests on (the others wait in the campaign's plan)"
                       if drawn_here["waiting"] else "")
-            table_status[(spec.paper, spec.id)] = ("drawn from records",
-                                                   f"drawn from {len(drawn_here['records'])} record(s){so_far}; "
-                                                   "see the paper's page")
+            drawn_words = (f"drawn from {len(drawn_here['records'])} record(s){so_far}, "
+                           f"{_seed_words(drawn_here['seeds'])}; see the paper's page")
+            if (spec.paper, spec.id) in table_status:  # a table of its own too (FedPAC's ablation)
+                continue
+            table_status[(spec.paper, spec.id)] = (
+                ("reference only", f"stand-in data: {spec.stand_in}; {drawn_words}") if spec.stand_in
+                else ("drawn from records", drawn_words))
+    built = build_info(root, judged)
     for page in pages.values():
-        (out / f"{page.paper}.html").write_text(render_paper(page, verdict), encoding="utf-8")
+        (out / f"{page.paper}.html").write_text(render_paper(page, verdict, built), encoding="utf-8")
     hrefs = {}
     for path, _ in found:  # each record's JSON travels with the site, linked from the records page
         rel = path.relative_to(root / records.RECORDS_FOLDER)
         (out / "records" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, out / "records" / rel)
         hrefs[path] = f"records/{rel.as_posix()}"
-    (out / "records.html").write_text(render_records(found, hrefs), encoding="utf-8")
+    (out / "records.html").write_text(render_records(found, hrefs, built), encoding="utf-8")
     (out / DRAWN).write_text(json.dumps(drawn, indent=1) + "\n", encoding="utf-8")
     (out / FAILED).write_text(json.dumps(failed, indent=1) + "\n", encoding="utf-8")
     index = out / "index.html"
-    index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0, failed), encoding="utf-8")
+    index.write_text(render_index(CATALOGUE, table_status, found, time.perf_counter() - t0, failed, built,
+                                  {(spec.paper, spec.id): cell_counts(spec, cells) for spec, cells in judged}),
+                     encoding="utf-8")
     log(f"report: built in {time.perf_counter() - t0:.0f} s")
     return index
 
 
+def _seed_words(seeds: list[int]) -> str:
+    return f"seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}" if seeds else "no seed"
+
+
+def _seeds_per_row(spec: TableSpec, runs: dict[str, list[dict]]) -> str:
+    """How many seeds a figure drawn from rows' records rests on, in words."""
+    counts = {m: len({r["seed"] for r in rs}) for m, rs in runs.items()}
+    if len(set(counts.values())) == 1:
+        n = next(iter(counts.values()))
+        return f"{n} seed{'s' if n != 1 else ''} per row, {len(counts)} row{'s' if len(counts) != 1 else ''}"
+    return "seeds per row: " + ", ".join(f"{spec.row_name(m)} {n}" for m, n in counts.items())
+
+
+def matrix_cells(spec: TableSpec) -> list[tuple[str, str]]:
+    """Every cell of the paper's table as (column, row), in the paper's order: each row's cell in
+    each column, and each of :attr:`TableSpec.group_rows`' cells in its group's own column."""
+    columns = spec.all_columns()
+    out = [(c.key, row) for row in spec.rows for c in columns if not c.per_group]
+    out += [(c.key, method) for _, method in spec.group_rows for c in columns if c.per_group]
+    return out
+
+
+def cell_status(spec: TableSpec, cells: dict, column: str, row: str) -> str:
+    """A cell's status: its verdict (:func:`verdict`) where it has records of ours ("reference
+    only" on stand-in data), else why not: "not run yet" or "cannot run here"."""
+    kind, _ = column_status(spec, spec.paper_column(column))
+    cell = cells.get((column, row))
+    if kind == "cannot run here":
+        return kind
+    if cell is None or not cell.n:
+        return "not run yet"
+    if kind == "reference" or not spec.comparable:
+        return "reference only"
+    return verdict(cell, spec.metric)[0]
+
+
+#: The order statuses are counted and shown in.
+STATUS_ORDER = ("reproduced", "differs", "inconclusive", "preliminary", "no paper number", "reference only",
+                "drawn from records", "not run yet", "cannot run here")
+
+
+def cell_counts(spec: TableSpec, cells: dict) -> dict:
+    """A table's cells counted by status, and its rows and columns with any record of ours."""
+    keys = matrix_cells(spec)
+    statuses = {key: cell_status(spec, cells, *key) for key in keys}
+    recorded = [key for key in keys if cells.get(key) is not None and cells[key].n]
+    return {"cells": len(keys), "recorded": len(recorded),
+            "by_status": {s: sum(v == s for v in statuses.values()) for s in STATUS_ORDER
+                          if any(v == s for v in statuses.values())},
+            "rows": len(spec.rows) + len(spec.group_rows),
+            "rows_recorded": len({row for _, row in recorded if row in spec.rows}),
+            "columns": sum(not c.per_group for c in spec.all_columns()),
+            "columns_recorded": len({c for c, _ in recorded if not spec.paper_column(c).per_group})}
+
+
 def _table_status(spec: TableSpec, cells: dict[tuple[str, str], Cell]) -> tuple[str, str]:
-    verdicts = [verdict(c, spec.metric)[0] for c in cells.values()]
-    ran = [v for v in verdicts if v in ("reproduced", "differs")]
-    total = len(verdicts)
-    if not ran:
-        return "not run yet", f"0 of {total} rows recorded"
-    seeds = min((c.n for c in cells.values() if c.n), default=0)
-    differs = verdicts.count("differs")
-    done = f"{len(ran)} of {total} rows recorded (at least {seeds} seed{'s' if seeds != 1 else ''} each)"
-    if differs:
-        return "differs", f"{differs} of {len(ran)} recorded rows differ (see the paper's page); {done}"
-    return "reproduced", f"every recorded row within one std over seeds or {WITHIN_POINTS:.1f} point; {done}"
+    """The status matrix's line of a table: its worst verdict, and its cells counted."""
+    counts = cell_counts(spec, cells)
+    rows, columns = ((counts["rows_recorded"], counts["rows"]), (counts["columns_recorded"], counts["columns"]))
+    if spec.transposed:  # the paper prints the table's rows as its columns
+        rows, columns = columns, rows
+    shown = (f"{rows[0]} of {rows[1]} rows, {columns[0]} of {columns[1]} columns, "
+             f"{counts['recorded']} of {counts['cells']} cells recorded: "
+             + ", ".join(f"{n} {s}" for s, n in counts["by_status"].items()))
+    if not counts["recorded"]:
+        return "not run yet", shown
+    if not spec.comparable:
+        stand_ins = sorted({f"{c.stand_in} for the paper's {c.group.split(',')[0]}" for c in spec.all_columns()
+                            if c.stand_in and c.key in spec.columns})
+        return "reference only", f"stand-in data: {'; '.join(stand_ins)}; {shown}"
+    verdicts = counts["by_status"]
+    status = next(s for s in ("differs", "inconclusive", "preliminary", "reproduced", "no paper number") if s in verdicts)
+    return status, shown
+
+
+def build_info(root: Path, judged: list[tuple[TableSpec, dict]]) -> dict:
+    """What every page says about its build: the git commit of the code and records it was
+    built from (and whether the tree had uncommitted changes), the date (UTC), and the
+    reproduction rule in words with its constants' reason from the records."""
+    from datetime import datetime, timezone
+
+    state = records.git_state(root)
+    example = None
+    for spec, cells in judged:
+        for (column, row), cell in cells.items():
+            if (spec.comparable and cell.n >= MIN_SEEDS and cell.paper is not None
+                    and (example is None or cell.paper > example[2])):
+                name = f"{spec.row_name(row)} in {display_name(spec.paper)} {spec.id}"
+                example = (name, cell.mean(spec.metric), cell.paper, judge(cell.values(spec.metric), cell.paper))
+    return {"commit": state.get("git_commit") or "unknown", "dirty": bool(state.get("git_dirty")),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "rule": rule_words(example).format(**seed_spread(judged))}
 
 
 def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root: Path, out: Path,
@@ -362,9 +634,11 @@ def execute_figure(spec: FigureSpec, found: list[tuple[Path, dict]], root: Path,
     if ran is None:
         return None
     name, figures = ran
+    seeds = sorted({r["seed"] for _, r in matched if r is not None})
+    caption += f"; drawn from {len(used)} record(s), {_seed_words(seeds)}"
     images = [(rel, f"{caption} ({Path(rel).name})") for rel in figures]
     return {"id": spec.id, "caption": caption, "images": images, "notebook": name, "records": sorted(used),
-            "waiting": waiting}
+            "waiting": waiting, "seeds": seeds, "stand_in": spec.stand_in}
 
 
 def _execute_from_records(notebook: str, overrides: dict, where: str, used: list[str], root: Path, out: Path, log,
@@ -400,7 +674,7 @@ def _execute_from_records(notebook: str, overrides: dict, where: str, used: list
             if failed is not None:
                 failed.append({"notebook": where, "error": str(ran.error)})
             return None
-        page = notebook_html(Path(ran.output))
+        page = notebook_html(Path(ran.output), notebook, where)
         (out / name).write_text(page, encoding="utf-8")
         if digest is not None:
             reuse[digest] = (page, {png.relative_to(figures_dir).as_posix(): png.read_bytes()
