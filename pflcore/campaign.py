@@ -502,14 +502,15 @@ def verify_records(plan: dict, root: Path | None = None) -> dict[str, str]:
                                                 f"({record.get('notebook')}, {record['config'].get('method')}, "
                                                 f"seed {record.get('seed')})")
     empty = [known[r["key"]] for r in plan["runs"] if not r["records"] and r["key"] in known]
+    tracked = _tracked(root) if empty else None
     if empty:
         folder = root / records.RECORDS_FOLDER
         notebooks = {e.notebook for e in empty} | {e.probe_free for e in empty if e.probe_free}
         for notebook in sorted(notebooks):
             for path in sorted((folder / notebook).glob("*.json")) if (folder / notebook).is_dir() else []:
                 rel = str(path.relative_to(root))
-                if rel in claimed:
-                    continue
+                if rel in claimed or (tracked is not None and rel not in tracked):
+                    continue  # an uncommitted record: a run the campaign was stopped in wrote it, and next adopts it
                 record, _ = load(rel)
                 if record is None:
                     continue
@@ -519,6 +520,38 @@ def verify_records(plan: dict, root: Path | None = None) -> dict[str, str]:
                                                f"a record of its run, claimed by no entry (plan.json emptied or "
                                                f"edited by hand?)")
     return {r["key"]: problems[r["key"]] for r in plan["runs"] if r["key"] in problems}  # in the plan's order
+
+
+def _tracked(root: Path) -> set[str] | None:
+    """The record files git tracks in ``root`` (committed or added), or None where git cannot say
+    (not a repository): then every record on disk counts as committed. ``ls-files`` reads the
+    index only: no lock, no filter, fast in a fresh clone."""
+    try:
+        done = subprocess.run(["git", "--no-optional-locks", "ls-files", "-z", "--", records.RECORDS_FOLDER],
+                              cwd=root, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return {p for p in done.stdout.decode("utf-8", "replace").split("\0") if p}
+
+
+def leftovers(entry: Entry, root: Path, claimed: set[str]) -> list[str]:
+    """Records of ``entry``'s run in ``root`` that no entry claims: those a run of it wrote before
+    the campaign was stopped (an entry of several runs writes each record as its run ends). A
+    rerun reads them instead of training again, and the entry adopts them."""
+    folder = root / records.RECORDS_FOLDER / entry.notebook
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        rel = str(path.relative_to(root))
+        if rel in claimed or not path.is_file():
+            continue
+        try:
+            if _record_of(entry, _read_record(path), strict=True, root=root):
+                found.append(rel)
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _record_of(entry: Entry, record: dict, strict: bool = False, root: Path | None = None) -> bool:
@@ -779,7 +812,9 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         entry = next(e for e in CAMPAIGN if e.key == todo[0]["key"])
         log(f"campaign: {entry.key} (estimate {entry.estimate_s:.0f} s; {len(todo) - 1} more after it)", flush=True)
         t0 = time.time()
+        claimed = {rel for r in plan["runs"] for rel in r["records"]}
         written = run_entry(entry, root, out)
+        written += [rel for rel in leftovers(entry, root, claimed) if rel not in written]  # from a stopped run
         if home != root:
             for rel in written:
                 (home / rel).parent.mkdir(parents=True, exist_ok=True)

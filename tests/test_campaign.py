@@ -712,3 +712,37 @@ def test_a_row_s_remaining_seeds_are_estimated_from_its_recorded_seeds(tmp_path,
     t1 = plan["tables"]["FedPAC T1 (20 clients)"]
     assert t1["remaining_estimate_s"] == sum(r["estimate_s"] for r in plan["runs"]
                                              if r["table"] == "FedPAC T1 (20 clients)" and not r["records"])
+
+
+def test_a_record_left_by_a_stopped_run_is_adopted_and_a_committed_one_outside_the_plan_is_refused(
+        tmp_path, monkeypatch, capsys):
+    """An entry of several runs writes each record as its run ends: stopped half-way, it leaves
+    uncommitted records no entry claims. They are no sign of a damaged plan: next runs the entry
+    (its notebook reads them instead of training again) and notes them as its own. The same record
+    committed while plan.json lists none is a plan emptied or edited by hand: refused."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    _project(tmp_path, monkeypatch)
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    entry = _t1_local(0)
+    rel = _recorded(tmp_path, entry)  # uncommitted: left by a stopped run
+    capsys.readouterr()
+    plan, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
+    assert problems == {}
+    ran = []
+    monkeypatch.setattr(campaign, "run_entry", lambda e, root, out: ran.append(e.key) or [])  # read, not trained
+    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
+    campaign.next_runs(1, commit=False, root=tmp_path, first=(entry.key,), log=lambda *a, **k: None)
+    assert ran == [entry.key]
+    assert {r["key"]: r["records"] for r in campaign.read_plan(tmp_path)["runs"]}[entry.key] == [rel]
+    # committed, and the plan emptied: refused
+    git("add", rel)
+    git("commit", "-q", "-m", "record")
+    campaign.write_plan({"runs": []}, tmp_path)
+    _, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
+    assert list(problems) == [entry.key] and rel in problems[entry.key]
