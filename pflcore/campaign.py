@@ -5,13 +5,20 @@ Each entry is one run: a paper notebook at its ``paper`` preset with a few param
 narrowed (one method, one setting, one seed). The runner executes the notebook with
 papermill exactly as a user would (so the record's config is the notebook's own), the
 notebook writes the run's record under ``reproductions/<notebook>/``, and the runner
-notes it in ``reproductions/plan.json`` and commits both at once. Entries run cheapest
-per record first (``estimate_s``: seconds of rounds on this kind of 2-core machine, from
-earlier runs or, where none ran, from the round time of a similar method; an entry that
-trains FedAvg once and scores FedAvg-FT and kNN-Per from it yields three records, and a
-FedFA Figure 4 run with the feature probe also gives Table 2's record of the run without it).
+notes it in ``reproductions/plan.json`` and commits both at once. Entries run by step
+(:data:`STAGES`: the first campaign, then the second's, issue 76, in the order of what a
+claim gains per CPU-hour), cheapest per record first within a step (``estimate_s``: seconds
+of rounds on this kind of 2-core machine, from earlier runs or, where none ran, from the
+round time of a similar method; an entry that trains FedAvg once and scores FedAvg-FT and
+kNN-Per from it yields three records, and a FedFA Figure 4 run with the feature probe also
+gives Table 2's record of the run without it).
 
-    python -m pflcore.campaign status          # seeds recorded per row, what remains, the seconds left
+The campaign believes only the records on disk: ``status`` and ``next`` check each entry's
+records (there, passing :func:`pflcore.records.read`, of the entry's run) and that no
+committed record of an entry's run is missing from the plan; ``next`` runs nothing while
+they disagree, and a damaged ``plan.json`` is refused in one sentence naming it.
+
+    python -m pflcore.campaign status          # per table the hours left, seeds per row, every run
     python -m pflcore.campaign next [--count N] [--first KEY] [--no-commit]
     python -m pflcore.campaign check KEY...    # dry run: the notebook builds the entry's runs, trains none
 """
