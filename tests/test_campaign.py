@@ -1,6 +1,8 @@
-"""The seeds campaign's plan (pflcore.campaign) against the records folder: every run the
-plan marks done has its committed record, every record of the campaign's notebooks belongs
-to a run of the plan, and the plan covers the 36 settings with three seeds each."""
+"""The campaign's plan (pflcore.campaign) against the records folder: every run the plan
+marks done has its committed record, every record of the campaign's notebooks belongs to a
+run of the plan, the first campaign covers its 36 settings with three seeds each and the
+second (issue 76) every cell that can run here in its order; status and next believe only
+the records on disk, and a damaged plan is refused in one sentence (issue 74)."""
 from __future__ import annotations
 
 import json
