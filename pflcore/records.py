@@ -1007,6 +1007,20 @@ def describe(record: dict, path: Path) -> str:
             f"(pflcore {commit}, {when}, {where}, {spent})")
 
 
+def host_of(record: dict) -> str:
+    """A short label of the machine and numeric path a record ran on, for tables that list the
+    hosts of a row's seeds ("AMD EPYC, path unknown" for a record written before paths were kept)."""
+    p = record["provenance"]
+    path = p.get("numeric_path")
+    if str(p.get("device", "cpu")).startswith("cuda"):
+        return f"{p.get('gpu', 'GPU')}" + ("" if numerics.is_known(path) else ", path unknown")
+    model = p.get("cpu_model") or "unknown CPU"
+    if not numerics.is_known(path):
+        return f"{model}, path unknown"
+    return (f"{model} (family {path['cpu_family']} model {path['cpu_model_number']}), "
+            f"{path['torch_cpu_capability']}, {path['intra_op_threads']} thread(s)")
+
+
 def all_records(root: str | Path | None = None) -> list[tuple[Path, dict]]:
     """Every record under ``root`` (the project's ``reproductions/``), validated."""
     root = Path(root) if root is not None else records_root()

@@ -149,3 +149,13 @@ def test_replicating_on_the_record_s_own_path_keeps_nothing(project, make_config
     comparison = replicate.replicate(path, keep=True, log=lambda *_: None)
     assert comparison["verdict"] == "identical" and "written" not in comparison
     assert records.all_replications(project / "reproductions") == []
+
+
+def test_a_record_names_its_host_and_an_older_one_says_its_path_is_unknown(project, make_config):
+    [path] = _recorded(make_config)
+    record = records.read(path)
+    assert numerics.numeric_path()["torch_cpu_capability"] in records.host_of(record)
+    raw = json.loads(path.read_text())
+    raw["schema_version"] = 2
+    del raw["provenance"]["numeric_path"]
+    assert records.host_of(records.upgrade(raw)).endswith("path unknown")
