@@ -278,7 +278,10 @@ def check_preset(preset: str, root: Path) -> None:
         raise PresetError(f"preset {preset!r} is not a plain name (letters, digits, '-' and '_' only); "
                           f"the presets are: {known}.")
     if preset not in presets:
-        raise PresetError(f"there is no preset {preset!r} under {root / 'params'}; the presets are: {known}.")
+        from .spec import did_you_mean
+
+        raise PresetError(f"there is no preset {preset!r} under {root / 'params'}{did_you_mean(preset, presets)}; "
+                          f"the presets are: {known}.")
 
 
 def discover(root: Path, only: list[str] | None = None) -> list[Path]:
@@ -292,8 +295,11 @@ def discover(root: Path, only: list[str] | None = None) -> list[Path]:
                          "would select every notebook.")
     unmatched = [p for p in only if not any(p in str(nb.relative_to(root)) for nb in found)]
     if unmatched:
+        from .spec import did_you_mean
+
+        names = sorted({re.sub(r"^\d+_", "", nb.stem) for nb in found} | {nb.stem for nb in found})
         raise FileNotFoundError(f"no notebook under {root / 'notebooks'} has {', '.join(map(repr, unmatched))} "
-                                f"in its path.")
+                                f"in its path{did_you_mean(unmatched[0], names)}.")
     return [p for p in found if any(pattern in str(p.relative_to(root)) for pattern in only)]
 
 
@@ -564,8 +570,11 @@ def run_notebooks(preset: str = "smoke", out: str | Path = "outputs", only: list
     defined = {nb: notebook_parameters(nb) for nb in selected} if parameters else {}
     unknown = sorted(set(parameters or {}) - set().union(*defined.values())) if parameters else []
     if unknown:
+        from .spec import did_you_mean
+
         raise ValueError(f"no selected notebook has a parameter {', '.join(map(repr, unknown))} in its "
-                         f"parameters cell, so -p {unknown[0]} would change nothing.")
+                         f"parameters cell{did_you_mean(unknown[0], sorted(set().union(*defined.values())))}, so "
+                         f"-p {unknown[0]} would change nothing.")
     for nb in selected:  # -p values of the wrong kind: one sentence before any notebook runs
         chosen = {n: v for n, v in (parameters or {}).items() if n in defined.get(nb, ())}
         if chosen:

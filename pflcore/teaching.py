@@ -187,15 +187,40 @@ def from_run(walkthrough: str, exercise: int, *objects: Any) -> FromRun:
     return FromRun(function(*objects), tol)
 
 
+def _expects_number(key: Any) -> bool:
+    if isinstance(key, FromRun):
+        return key._tol is not None
+    if isinstance(key, str):
+        return parse_key(key)["kind"] == "number"
+    return False
+
+
+def _either(choices: list[str]) -> str:
+    quoted = [repr(c) for c in choices]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
 def check(exercise: int | str, answer: Any, key: str | FromRun | Callable[[Any], bool], hint: str,
-          log: Callable[[str], None] = print) -> None:
+          log: Callable[[str], None] = print, choices: Any = None) -> None:
     """Print one line: whether ``answer`` is right ("correct"), wrong ("not quite", with ``hint``), or
     missing ("not answered yet": None or an empty string). ``key`` is a :func:`seal` key, a
-    :func:`from_run` answer, or a predicate. Never raises for an answer; returns nothing, so a check
-    cell shows only its line."""
+    :func:`from_run` answer, or a predicate. ``choices`` (an exercise that asks for one of a few
+    words): an answer that is none of them gets the list of choices instead of a verdict, as does a
+    non-number where a number is expected; neither says anything about the right answer. Never
+    raises for an answer; returns nothing, so a check cell shows only its line."""
     label = f"exercise {exercise}" if isinstance(exercise, int) else str(exercise)
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         log(f"{label}: not answered yet")
+        return
+    shown = " ".join(repr(answer).split())
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    if choices is not None:
+        allowed = [str(c) for c in choices]
+        if normalise_word(answer) not in {normalise_word(c) for c in allowed}:
+            log(f"{label}: {shown} is not one of the choices; answer {_either(allowed)}")
+            return
+    elif _expects_number(key) and as_number(answer) is None:
+        log(f"{label}: {shown} is not a number; answer with a number (e.g. 0.25, 1/4 or 12)")
         return
     if isinstance(key, str):
         parse_key(key)  # a broken key is the author's mistake: say so, in one sentence
@@ -205,8 +230,6 @@ def check(exercise: int | str, answer: Any, key: str | FromRun | Callable[[Any],
             right = bool(key(answer))
         except Exception:  # a predicate that fails on a malformed answer: wrong, not a traceback
             right = False
-    shown = " ".join(repr(answer).split())
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
     hint = " ".join(str(hint).split())
     log(f"{label}: correct" if right else f"{label}: not quite ({shown}). Hint: {hint}")
 

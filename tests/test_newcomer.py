@@ -217,3 +217,12 @@ def test_the_kernel_filter_drops_only_the_plain_tcp_notice(tmp_path):
     assert drop.filter(record("Failed to load connection file: 'x'"))
     (tmp_path / "etc" / "ipython" / "ipython_kernel_config.py").write_text("c = get_config()\n")  # the user's own
     assert write_kernel_config(tmp_path) is None
+
+
+def test_pflcore_notebooks_says_did_you_mean_for_a_notebook_a_preset_and_a_parameter(capsys):
+    assert main(["notebooks", "--only", "t2_ablaton"]) == 2
+    assert "(did you mean 't2_ablation'?)" in capsys.readouterr().err
+    assert main(["notebooks", "--preset", "papr", "--only", "t2_ablation"]) == 2
+    assert "(did you mean 'paper'?)" in capsys.readouterr().err
+    assert main(["notebooks", "--only", "t2_ablation", "-p", "variant", "[Both]"]) == 2
+    assert "(did you mean 'variants'?)" in capsys.readouterr().err

@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WALKTHROUGHS = walkthroughs(ROOT)
 
 
-def one_line(*args) -> tuple[object, list[str]]:
+def one_line(*args, **kw) -> tuple[object, list[str]]:
     lines: list[str] = []
-    returned = check(*args, log=lines.append)
+    returned = check(*args, log=lines.append, **kw)
     return returned, lines
 
 
@@ -39,8 +39,21 @@ def test_a_sealed_number_is_accepted_within_half_its_tolerance_and_refused_beyon
     key = seal(0.75, tol=0.01)
     for right in (0.75, "0.75", " 3/4 ", 0.754, 0.746):
         assert one_line(1, right, key, "h") == (None, ["exercise 1: correct"]), right
-    for wrong in (0.78, 0.72, "0.8", "three quarters", float("nan"), True):
+    for wrong in (0.78, 0.72, "0.8"):
         assert one_line(1, wrong, key, "h")[1][0].startswith("exercise 1: not quite"), wrong
+    for not_a_number in ("three quarters", float("nan"), True):  # says what kind of answer is asked for
+        assert one_line(1, not_a_number, key, "h")[1][0].endswith("is not a number; answer with a number (e.g. 0.25, "
+                                                                 "1/4 or 12)"), not_a_number
+
+
+def test_an_answer_outside_the_choices_gets_the_choices_and_no_verdict():
+    key = seal("up")
+    assert one_line(2, "sideways", key, "h", choices=("up", "down")) == (
+        None, ["exercise 2: 'sideways' is not one of the choices; answer 'up' or 'down'"])
+    assert one_line(2, " Up ", key, "h", choices=("up", "down")) == (None, ["exercise 2: correct"])
+    assert one_line(2, "down", key, "h", choices=("up", "down"))[1][0].startswith("exercise 2: not quite")
+    assert one_line(1, "w-fa", seal("w CC"), "h", choices=["None", "w FA", "w CC", "Both"])[1][0].startswith(
+        "exercise 1: not quite")
 
 
 @pytest.mark.parametrize("answer", [None, "", "   "])
@@ -252,3 +265,60 @@ def test_a_fresh_classroom_execution_gives_the_numbers_the_solution_quotes(name,
         pytest.skip(f"{name}'s solution quotes no number of the run")
     fresh = execute_values(WALKTHROUGHS[name], template, ROOT, keep=tmp_path / f"{name}.ipynb")
     assert fresh == json.loads(values_path.read_text())
+
+
+# --- the classroom keeps its answers (issue 78) --------------------------------------------------------
+
+def test_an_exercise_that_names_its_choices_checks_against_them():
+    """The comment of a check cell lists the choices ("up" or "down"); the check lists them back
+    for an answer outside them."""
+    for name, nb in WALKTHROUGHS.items():
+        for cell in check_cells(nb):
+            if "import" in cell.source:
+                continue
+            comment = cell.source.splitlines()[0].partition("#")[2]
+            named = re.findall(r'"([^"]+)"', comment)
+            call = call_of(cell)
+            given = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+            if len(named) >= 2:
+                assert given.get("choices") == named, f"{name}: {cell.source.splitlines()[0]}"
+
+
+def test_the_fedpac_walkthroughs_last_cell_prints_no_answer_before_the_exercises_are_answered():
+    """Run All used to print "client 5 with 2x images: [0.438 0.55 0.012]", the answer to exercises 2 and 4."""
+    import contextlib
+    import io
+
+    import numpy as np
+    import torch
+
+    cell = nbformat.read(WALKTHROUGHS["fedpac_step_by_step"], as_version=4).cells[-1]
+    answer = np.array([0.4381, 0.5503, 0.0116])
+
+    def run(**answers):
+        namespace = {"np": np, "v": torch.tensor([1.0, 2.0, 3.0]), "h": None, "qp": None, "trio": [0, 5, 2],
+                     "fedpac": type("F", (), {"eig_floor": 0.0, "weight_threshold": 0.0})(),
+                     "combination_matrix": lambda v, h, i, floor: v, "combination_weights": lambda P, qp, t: answer,
+                     "answer_2": None, "answer_4": None, **answers}
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(cell.source, namespace)
+        return out.getvalue()
+
+    before = run()
+    assert "0.438" not in before and "0.55" not in before and "Answer exercises 2 and 4" in before
+    assert "0.438" in run(answer_2="up", answer_4=0.5)  # once answered, it shows the weights
+
+
+def test_the_walkthroughs_times_are_stated_in_one_place():
+    teaching = (ROOT / "notebooks" / "teaching" / "TEACHING.md").read_text(encoding="utf-8")
+    for name, nb in WALKTHROUGHS.items():
+        text = "\n".join(c.source for c in nbformat.read(nb, as_version=4).cells if c.cell_type == "markdown")
+        time_line = next(p for p in text.split("\n\n") if p.startswith("**Time.**"))
+        assert "TEACHING.md" in time_line and not re.search(r"\d+ (s|min|minutes)\b", time_line), name
+        assert f"`{nb.name}`" in teaching, f"TEACHING.md has no measured time for {nb.name}"
+
+
+def test_the_readme_says_how_walkthroughs_are_parameterised():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "The teaching walkthroughs have no `preset`" in readme
