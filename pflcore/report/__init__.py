@@ -361,8 +361,9 @@ def check_claim(kind: str, spec: TableSpec, cells: dict, method: str, columns: t
                 f"{MIN_SEEDS} seeds or more" + (f" (missing: {', '.join(missing)})" if missing else "")
         tested = [r for r in recorded if r is best or is_close(mine, r, spec.metric)]  # the nearest always
         for rival in tested:
-            why = (f"under {CLOSE_STDS:g} stds over seeds" if is_close(mine, rival, spec.metric)
-                   else "the nearest rival")
+            spread = all(math.isfinite(c.std(spec.metric)) for c in (mine, rival))
+            why = ("the nearest rival" if not is_close(mine, rival, spec.metric)
+                   else f"under {CLOSE_STDS:g} stds over seeds" if spread else "a row with one seed has no std")
             text += (f"; against {spec.row_name(rival.method)} ({mine.mean(spec.metric) - rival.mean(spec.metric):+.2f}, "
                      f"{why}): " + comparison_tests(mine, rival, spec.metric))
         parts.append(text)

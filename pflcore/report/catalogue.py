@@ -504,7 +504,7 @@ def _fedfa_paper(key: str, part: int) -> dict:
 
 # pFedFDA Table 1: CIFAR10-S and CIFAR100-S with 100, 75, 50 and 25% of the training samples
 _PFEDFDA_T1_COLUMNS = tuple(
-    PaperColumn(p if d == "cifar10" else f"{d}-s {p}", f"{DATASET_NAMES[d]}-S, Dir(0.5)", f"{p}% of the samples", d,
+    PaperColumn(p if d == "cifar10" else f"{d}-s {p}", f"{d.upper()}-S, Dir(0.5)", f"{p}% of the samples", d,
                 stand_in="Fashion-MNIST-S" if d == "cifar10" else "")
     for d in ("cifar10", "cifar100") for p in ("100", "75", "50", "25"))
 
@@ -731,6 +731,8 @@ ABLATION_TABLES: list[TableSpec] = [
                            and r["config"]["num_clients"] == 20 and r["config"]["dataset"] == "fmnist"),
         paper_columns=tuple(PaperColumn(d, "", DATASET_NAMES[d], d) for d in ("emnist", "fmnist", "cifar10", "cinic10")),
         deviations=_FEDPAC_DEVIATIONS, transposed=True,
+        claim=_claim("first", _F, "T2", method="Both", columns=("fmnist",)),
+        claim_words="Both (feature alignment and classifier collaboration) is ahead of None, w/ FA and w/ CC.",
         row_names=(("w FA", "w/ FA"), ("w CC", "w/ CC")),
         row_map=tuple((_ablation_label(row), row) for row in _FEDPAC_T2_ROWS),
         also_from=("fedpac/t1_main",), execute=False, curves=False),

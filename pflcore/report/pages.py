@@ -361,7 +361,7 @@ def notebook_html(path: Path, notebook: str = "", where: str = "") -> str:
                   f'tables and prints, <b>acc_std</b> and <b>\u00b1 over clients</b> are the std over the run\'s '
                   f'clients with ddof 0 (numpy\'s default), and a <b>*_std</b> column beside a mean over seeds is '
                   f'the std over those seeds, also with ddof 0; the report\'s paper pages give the std over seeds '
-                  f'with ddof 1. <a href="index.html">The report</a>.</p></div>')
+                  f'with ddof 1. <a href="index.html">Back to the report</a>.</p></div>')
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + banner, body, count=1)
     return body
 
