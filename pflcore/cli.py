@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="load your own method first: a Python file (mymethod.py) or a module path "
                           "(mypackage.mymethod) defining a subclass of pflcore.algorithms.Algorithm; repeatable "
                           "(docs/your_method.md)")
-    run.add_argument("--quiet", action="store_true", help=_field_doc("quiet") + " (otherwise a bar in a terminal, "
-                                                                             "one line per round into a file or a pipe)")
+    run.add_argument("--quiet", action="store_true",
+                     help=_field_doc("quiet") + " (otherwise a bar in a terminal, one line per round into a file or a "
+                                                "pipe)")
     run.add_argument("--json", action="store_true",
                      help="end with the run's summary as JSON (for programs) instead of the lines for a person")
     run.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
@@ -252,7 +253,8 @@ def listing(what: str, name: str | None = None) -> str:
         rows = [(n, display_name(n), _first_sentence(inspect.getmodule(cls).__doc__ or cls.__doc__ or cls.paper))
                 for n, cls in sorted(ALGORITHMS.items())]
         return (_columns([("method", "name", "what it is")] + rows)
-                + "\n\nA method's parameters: pflcore list params METHOD (set them with --set method_params.NAME=VALUE).")
+                + "\n\nA method's parameters: pflcore list params METHOD (set them with --set "
+                  "method_params.NAME=VALUE).")
     if what == "datasets":
         from .data.sources import DATASETS
         from .papers import display_name
@@ -275,7 +277,8 @@ def listing(what: str, name: str | None = None) -> str:
     if what == "fields":
         from .config import FIELDS
 
-        return _fields_table(dict(FIELDS)) + "\n\nSet one with --set NAME=VALUE or a line NAME: VALUE in the config file."
+        return (_fields_table(dict(FIELDS))
+                + "\n\nSet one with --set NAME=VALUE or a line NAME: VALUE in the config file.")
     # params NAME
     from .algorithms import ALGORITHMS
     from .data.partition import KINDS, SUBSAMPLE
@@ -283,7 +286,8 @@ def listing(what: str, name: str | None = None) -> str:
 
     if not name:
         raise ConfigError("pflcore list params needs a NAME: a method (pflcore list methods), a partition kind "
-                          "(pflcore list partitions) or a shift (pflcore list shifts), e.g. pflcore list params fedprox.")
+                          "(pflcore list partitions) or a shift (pflcore list shifts), e.g. pflcore list params "
+                          "fedprox.")
     if name in ALGORITHMS:
         method = ALGORITHMS[name]
         head = f"{name} ({method.paper})" if method.paper else name

@@ -200,7 +200,8 @@ FEDCP_CPN_VARIANTS: dict[str, dict[str, Any]] = {
 
 #: The allowed values of notebook parameters that name table rows, by notebook
 #: (:func:`pflcore.notebooks.notebook_choices`): checked before any run starts.
-NOTEBOOK_CHOICES = {"t1_ablation": {"rows": list(FEDCP_ABLATION)}, "t10_cpn_variants": {"rows": list(FEDCP_CPN_VARIANTS)}}
+NOTEBOOK_CHOICES = {"t1_ablation": {"rows": list(FEDCP_ABLATION)},
+                    "t10_cpn_variants": {"rows": list(FEDCP_CPN_VARIANTS)}}
 
 #: Table 10's accuracies (%), Tiny-ImageNet, practical setting, per backbone. The 4-layer CNN's row
 #: is not legible in the paper's text beyond FedCP's own 43.49 (Table 2), so only that is kept.
