@@ -19,7 +19,7 @@ STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.92em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; vertical-align: top; }
-th { background: #f2f2f2; } td.l, th.l { text-align: left; }
+th { background: #f2f2f2; } td.l, th.l { text-align: left; } th[colspan] { text-align: center; }
 .reproduced { background: #e3f4e1; } .differs { background: #fdebd0; } .cannot { background: #eee; color: #555; }
 .inconclusive { background: #fff6cc; } .preliminary { background: #f1ecf9; }
 .not-run { background: #fff; color: #777; } .reference { background: #e6eefb; } .drawn { background: #f3f0e8; }
@@ -83,8 +83,8 @@ _PAPER = """
 <h2 id="{{ t.anchor }}">{{ t.title }}</h2>
 <p class="protocol"><b>Protocol.</b> {{ t.protocol }}</p>
 {% if t.deviations %}<p><b>Deviations from the paper's protocol:</b></p><ul>{% for d in t.deviations %}<li>{{ d }}</li>{% endfor %}</ul>{% endif %}
-{% if t.claim %}<p><b>The paper's claim:</b> {{ t.claim_words }} <span class="{{ t.claim_css }}">{{ t.claim_status }}</span>
-here. {{ t.claim_text }}.</p>{% endif %}
+{% if t.claim %}<p><b>The paper's claim:</b> {{ t.claim_words }} Here it <span class="{{ t.claim_css }}">{{ t.claim_status }}</span>.
+{{ t.claim_text }}.</p>{% endif %}
 <h3 id="{{ t.anchor }}-whole">The whole table, in the paper's order</h3>
 <p class="small">Each cell: the paper's number{% if t.paper_std_kind %} (± its {{ t.paper_std_kind }}){% endif %},
 then ours: mean ± std over seeds (ddof 1) with n, the number of seeds, and its status under the rule (the reasons
