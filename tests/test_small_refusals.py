@@ -134,11 +134,25 @@ RAY_REASON = ("<class 'flwr.clientapp.client_app.ClientAppException'>:<'\x1b[36m
               "fail'>")
 
 
+# what Flower's simulation engine records for a node that raised (the shape of str(RayTaskError), shortened)
+RAY_TASK_ERROR = (
+    "<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'\x1b[36mray::ClientAppActor.run()\x1b[39m (pid=1, "
+    "ip=192.0.2.2, actor_id=f1)\n  File \"/work/main/pflcore/flower/app.py\", line 304, in handle\n    raise "
+    "RuntimeError(f\"the node serving clients {clients} was told to fail\")\nRuntimeError: the node serving "
+    "clients [2] was told to fail\n\nThe above exception was the direct cause of the following exception:\n\n"
+    "\x1b[36mray::ClientAppActor.run()\x1b[39m (pid=1, ip=192.0.2.2)\n  File \"ray_actor.py\", line 65, in run\n"
+    "    raise ClientAppException(str(ex)) from ex\nflwr.clientapp.client_app.ClientAppException: \nException "
+    "ClientAppException occurred. Message: the node serving clients [2] was told to fail'>")
+
+
 def test_a_failing_nodes_reason_is_a_readable_sentence_without_terminal_codes():
     pytest.importorskip("flwr", reason="the Flower extra is not installed")
     from pflcore.flower.app import readable_reason
 
     assert readable_reason(RAY_REASON) == "ValueError: client 2 was told to fail."
+    assert readable_reason(RAY_TASK_ERROR) == "RuntimeError: the node serving clients [2] was told to fail."
+    assert readable_reason("<class 'flwr.clientapp.client_app.ClientAppException'>:<'\nException ClientAppException "
+                           "occurred. Message: out of memory'>") == "ClientAppException: out of memory."
     assert readable_reason("<class 'RuntimeError'>:<'\x1b[31mboom\x1b[0m'>") == "RuntimeError: boom."
     assert readable_reason("node crashed") == "node crashed."
     long = readable_reason("x" * 5000)

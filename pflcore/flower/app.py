@@ -161,22 +161,27 @@ class GridExecutor:
 
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")  # terminal colour and cursor codes
-_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt|Exit|Failed)):\s*(.+?)\s*$")
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt|Exit|Failed)):\s*(\S.*?)\s*$")
+_WRAPPERS = ("ClientAppException", "RayTaskError", "RayActorError")  # how Flower and Ray pass an error on
 
 
 def readable_reason(reason: Any) -> str:
     """A failing node's reason as one readable sentence: Flower's ``<class 'X'>:<'text'>`` and
     Ray's task-error text (a traceback, coloured for a terminal) become ``X: the error's own
-    message`` (its last ``SomeError: ...`` line), without terminal codes, on one line."""
+    message`` (the last ``SomeError: ...`` line raised by the node's code, not the wrappers
+    Flower and Ray put around it), without terminal codes, on one line."""
     text = _ANSI.sub("", str(reason))
     kind = ""
     wrapped = re.fullmatch(r"\s*<class '([\w.]+)'>:<'(.*)'>\s*", text, flags=re.DOTALL)
     if wrapped:
         kind, text = wrapped.group(1).rsplit(".", 1)[-1], wrapped.group(2)
     lines = [line for line in text.replace("\\n", "\n").splitlines() if line.strip()]
-    errors = [m for m in map(_ERROR_LINE.match, lines) if m]
+    errors = [m for m in map(_ERROR_LINE.match, lines) if m and m.group(1) not in _WRAPPERS]
+    passed_on = [m for m in (re.search(r"occurred\. Message: (\S.*)$", line) for line in lines) if m]
     if errors:  # the innermost error raised on the node (a traceback ends with it)
         kind, message = errors[-1].group(1), errors[-1].group(2)
+    elif passed_on:  # Flower's "Exception ClientAppException occurred. Message: ..."
+        message = passed_on[-1].group(1)
     else:
         message = lines[-1].strip() if lines else "no reason given"
     sentence = " ".join((f"{kind}: {message}" if kind else message).split())
