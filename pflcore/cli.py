@@ -1,6 +1,7 @@
-"""The ``pflcore`` command: ``pflcore run`` (one experiment), ``pflcore notebooks``
-(the notebook collection under papermill), ``pflcore lab`` (JupyterLab in the project) and
-``pflcore report`` (the reproduction report, built from the run records).
+"""The pflcore command: pflcore run (one experiment), pflcore list (the methods, datasets,
+partitions and parameters a config may name), pflcore notebooks (the notebook collection under
+papermill), pflcore lab (JupyterLab in the project) and pflcore report (the reproduction report,
+built from the run records).
 
 A user's mistake or a known condition (a bad config, a missing file, a damaged result
 file, a diverging run, Ctrl-C) is reported in one line and a non-zero exit code, never a
@@ -20,7 +21,10 @@ EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pflcore", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="pflcore", description=__doc__.split("\n\n")[0],
+                                     epilog="First steps: pflcore run experiment.yaml (about half a minute); "
+                                            "pflcore list methods; pflcore notebooks --only quickstart (about two "
+                                            "minutes); pflcore lab. Each command's options: pflcore COMMAND --help.")
     parser.add_argument("--debug", action="store_true",
                         help="show Python tracebacks instead of one-line errors (also: PFLCORE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
