@@ -66,6 +66,9 @@ ACCURACY_ARRAYS = ("final", "best", "history", "new_final")
 class RecordError(ValueError):
     """A record cannot be used; the message is one sentence naming the file."""
 
+    def _render_traceback_(self) -> list[str]:  # IPython (a notebook in Lab): the sentence, not a traceback
+        return [f"RecordError: {self}"]
+
 
 # ---------------------------------------------------------------------- provenance
 def git_state(start: Path | None = None) -> dict:
