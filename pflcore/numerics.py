@@ -38,8 +38,11 @@ SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MK
 CPU_KEY_FIELDS = ("device", "cpu_vendor", "cpu_family", "cpu_model_number", "cpu_kernel_flags", "torch_cpu_capability",
                   "torch", "mkl", "onednn", "onednn_enabled", "settings", "intra_op_threads", "executor",
                   "deterministic_algorithms")
+#: Part of the key where recorded: the threads each client trains on (one in a worker process,
+#: torch's own in this process); records of schema 3 written before it was kept lack it.
+LATER_KEY_FIELDS = ("training_threads",)
 GPU_KEY_FIELDS = ("gpu", "cuda", "cudnn", "tf32_matmul", "tf32_cudnn", "cudnn_deterministic", "cudnn_benchmark")
-KEY_FIELDS = CPU_KEY_FIELDS + GPU_KEY_FIELDS
+KEY_FIELDS = CPU_KEY_FIELDS + LATER_KEY_FIELDS + GPU_KEY_FIELDS
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -75,8 +78,11 @@ def executor_name(workers: Any, executor: Any = None) -> str:
     return "vectorised" if workers == "vectorised" else "sequential"
 
 
-def numeric_path(device: str = "cpu", workers: Any = 0, executor: Any = None) -> dict:
-    """Everything that decides this process's float results (see the module docstring)."""
+def numeric_path(device: str = "cpu", workers: Any = 0, executor: Any = None,
+                 worker_processes: int | None = None) -> dict:
+    """Everything that decides this process's float results (see the module docstring);
+    ``worker_processes``: how many processes train the clients (``workers`` resolved; 0 or 1:
+    this process)."""
     import torch
 
     info = _cpuinfo()
@@ -97,6 +103,9 @@ def numeric_path(device: str = "cpu", workers: Any = 0, executor: Any = None) ->
         "settings": {name: os.environ[name] for name in SETTINGS if name in os.environ},
         "intra_op_threads": torch.get_num_threads(),
         "inter_op_threads": torch.get_num_interop_threads(),
+        "worker_processes": worker_processes if worker_processes is not None else (workers if isinstance(workers, int)
+                                                                                    else UNKNOWN),
+        "training_threads": 1 if (worker_processes or 0) > 1 else torch.get_num_threads(),
         "executor": executor_name(workers, executor),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
     }
@@ -130,7 +139,8 @@ def path_key(path: dict) -> str:
     deciding = {name: path.get(name) for name in KEY_FIELDS}
     digest = hashlib.sha256(json.dumps(deciding, sort_keys=True, default=str).encode()).hexdigest()[:10]
     where = path.get("gpu") if path.get("device") == "cuda" else path.get("cpu_vendor")
-    return (f"{path.get('device')}-{where}-{path.get('torch_cpu_capability')}-{path.get('intra_op_threads')}t-"
+    threads = path.get("training_threads", path.get("intra_op_threads"))
+    return (f"{path.get('device')}-{where}-{path.get('torch_cpu_capability')}-{threads}t-"
             f"{path.get('executor')}-{digest}").replace(" ", "_")
 
 
@@ -154,5 +164,6 @@ def in_words(path: Any) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in sorted(path.get("settings", {}).items()))
     return (f"{path.get('cpu_vendor')} {path.get('cpu_model')} (family {path.get('cpu_family')} model "
             f"{path.get('cpu_model_number')}), ATen {path.get('torch_cpu_capability')}, MKL {path.get('mkl')}, "
-            f"oneDNN {path.get('onednn')}, {path.get('intra_op_threads')} thread(s), {path.get('executor')}"
+            f"oneDNN {path.get('onednn')}, {path.get('training_threads', path.get('intra_op_threads'))} training "
+            f"thread(s), {path.get('executor')}"
             + (f", {settings}" if settings else ""))

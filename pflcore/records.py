@@ -32,6 +32,7 @@ import os
 import platform
 import re
 import subprocess
+import warnings
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -152,7 +153,16 @@ def end_stretch(entry: dict, last_round: int, seconds: float) -> dict:
 
 def provenance(config: Any, stretches: list[dict], seconds: float, rounds: int) -> dict:
     """The provenance block of a finished run's ``summary.json`` and of its record."""
+    from .engine.executors import resolve_workers
+
     env = environment(config.device, config.workers)
+    try:
+        with warnings.catch_warnings():  # the run has said it already if its workers were cut
+            warnings.simplefilter("ignore")
+            processes = resolve_workers(config.workers, device=config.device, num_clients=config.num_clients)
+    except (TypeError, ValueError):
+        processes = None
+    env["numeric_path"] = numerics.numeric_path(config.device, config.workers, worker_processes=processes)
     return {**env, "started": stretches[0]["started"] if stretches else None,
             "finished": now(), "seconds": seconds, "seconds_per_round": seconds / max(rounds, 1),
             "stretches": stretches}
@@ -1020,8 +1030,9 @@ def host_of(record: dict) -> str:
     model = p.get("cpu_model") or "unknown CPU"
     if not numerics.is_known(path):
         return f"{model}, path unknown"
+    threads = path.get("training_threads", path["intra_op_threads"])
     return (f"{model} (family {path['cpu_family']} model {path['cpu_model_number']}), "
-            f"{path['torch_cpu_capability']}, {path['intra_op_threads']} thread(s)")
+            f"{path['torch_cpu_capability']}, {threads} training thread(s)")
 
 
 def all_records(root: str | Path | None = None) -> list[tuple[Path, dict]]:
