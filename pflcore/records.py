@@ -510,8 +510,8 @@ def read_regular(path: Path, root: str | Path | None = None) -> bytes:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
                 kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
-                        else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                        else "a special file")
+                        else "a socket" if stat.S_ISSOCK(mode)
+                        else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
                 raise RecordError(f"{path} is {kind}, not a regular file, so it is not read as a run record.")
             left = MAX_RECORD_BYTES + 1
             while left > 0:

@@ -962,5 +962,6 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in str(text)).strip("-").lower()
 
 
-__all__ = ["Cell", "FiguresKept", "ReportRefused", "build", "building", "is_report", "cells_of", "close_rivals", "commit_figures", "failures", "first_place",
+__all__ = ["Cell", "FiguresKept", "ReportRefused", "build", "building", "is_report", "cells_of", "close_rivals",
+           "commit_figures", "failures", "first_place",
            "paired_t", "verdict"]
