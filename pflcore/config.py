@@ -253,9 +253,10 @@ class ExperimentConfig:
         return self.name or f"{self.method}-{self.dataset}-{self.fingerprint()}"
 
     # ------------------------------------------------------------------ validation
-    def validate(self) -> None:
+    def validate(self, machine: bool = True) -> None:
         """Check every field against its spec, then the rules between fields; raise
-        ConfigError with one sentence on the first bad one."""
+        ConfigError with one sentence on the first bad one. ``machine=False`` leaves out the one
+        rule that depends on this machine (its memory), as when a record made elsewhere is read."""
         from .algorithms import ALGORITHMS
         from .data.partition import SUBSAMPLE, PartitionError, validate_partition_args
         from .data.shifts import ShiftError, check_shift
@@ -319,7 +320,7 @@ class ExperimentConfig:
                 raise bad("shift", f"{acts[self.shift['kind']]}, and {self.dataset!r} holds token ids (text); use "
                                    "'label_permutation' or no shift")
         need, have = memory_estimate(self, shape), machine_memory()
-        if have and need > have:
+        if machine and have and need > have:
             raise ConfigError(f"this run needs at least {need / 2**30:.1f} GiB of memory (its clients' samples as "
                               f"float32 tensors and the models the server keeps), and this machine has "
                               f"{have / 2**30:.1f} GiB: lower num_clients, partition.samples_per_client or the "

@@ -750,13 +750,24 @@ def _check_fingerprint(record: dict, path: Path) -> Any:
     from .config import ExperimentConfig  # the config module builds on this one
 
     values = dict(record["config"], device="cpu", workers=0)  # neither enters the fingerprint
+    data_root = values.get("data_root")
+    if isinstance(data_root, str) and not Path(data_root).expanduser().is_absolute():
+        project = next((p.parent for p in path.resolve().parents if p.name == RECORDS_FOLDER), None)
+        if project is not None:  # written relative to the project (relative_path), read so wherever we run
+            values["data_root"] = str(project / data_root)
+    if isinstance(values.get("data_root"), str) and not Path(values["data_root"]).expanduser().is_dir():
+        # The data the record was trained on is not on this machine (FedCP's MNIST partition lives
+        # beside the project): its fingerprint hashes that folder's config.json, so it cannot be
+        # recomputed here; every other check still holds, and the record is read as evidence.
+        return _check_fields_only(record, values, path)
     try:
         key = json.dumps({k: v for k, v in values.items() if k != "seed"}, sort_keys=True)
     except (TypeError, ValueError):
         raise _bad(path, "config", "is not a config this pflcore runs") from None
     if key not in _VALID_CONFIGS:  # validating builds the model on the meta device: once per setting
         try:
-            ExperimentConfig.from_dict(values)
+            config = ExperimentConfig(**values)
+            config.validate(machine=False)  # a record made on a bigger machine is still evidence here
             _VALID_CONFIGS[key] = None
         except ValueError as exc:  # ConfigError: a sentence naming the field
             _VALID_CONFIGS[key] = shorten(str(exc).rstrip("."), 300)
@@ -767,13 +778,35 @@ def _check_fingerprint(record: dict, path: Path) -> Any:
     if _VALID_CONFIGS[key] is not None:
         raise _bad(path, "config", f"is not a config this pflcore runs ({_VALID_CONFIGS[key]})")
     try:
-        config = ExperimentConfig(**record["config"])
+        config = ExperimentConfig(**values)
         fingerprint = config.fingerprint()
     except Exception:
         raise _bad(path, "config", "is not a config this pflcore runs") from None
     if fingerprint != record["fingerprint"]:
         raise _bad(path, "fingerprint", f"is {record['fingerprint']}, and the config it holds gives {fingerprint}, so "
                                         "the record is not of that config")
+    if config.seed != record["seed"] or not _is_int(config.seed):
+        raise _bad(path, "seed", f"is {record['seed']}, and its config's seed is {shorten(config.seed)}")
+    return config
+
+
+def _check_fields_only(record: dict, values: dict, path: Path) -> Any:
+    """The checks of :func:`_check_fingerprint` that need no data: every field against its spec
+    and the method's parameters against the method's, and the seed."""
+    from .algorithms import ALGORITHMS
+    from .config import FIELDS, ExperimentConfig
+    from .spec import first_refusal
+
+    values = dict(values, data_root=None)  # the one field that names this machine's folders
+    try:
+        refusal = first_refusal(FIELDS, values)
+        if refusal is None:
+            ALGORITHMS[values["method"]].check_params(values["method_params"])
+        config = ExperimentConfig(**values)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _bad(path, "config", f"is not a config this pflcore runs ({shorten(str(exc).rstrip('.'), 300)})") from None
+    if refusal is not None:
+        raise _bad(path, "config", f"is not a config this pflcore runs ({refusal.sentence().rstrip('.')})")
     if config.seed != record["seed"] or not _is_int(config.seed):
         raise _bad(path, "seed", f"is {record['seed']}, and its config's seed is {shorten(config.seed)}")
     return config
@@ -1030,9 +1063,9 @@ def host_of(record: dict) -> str:
     model = p.get("cpu_model") or "unknown CPU"
     if not numerics.is_known(path):
         return f"{model}, path unknown"
-    threads = path.get("training_threads", path["intra_op_threads"])
+    threads = (f", {path['training_threads']} training thread(s)" if "training_threads" in path else "")
     return (f"{model} (family {path['cpu_family']} model {path['cpu_model_number']}), "
-            f"{path['torch_cpu_capability']}, {threads} training thread(s)")
+            f"{path['torch_cpu_capability']}{threads}")
 
 
 def all_records(root: str | Path | None = None) -> list[tuple[Path, dict]]:

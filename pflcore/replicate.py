@@ -43,7 +43,11 @@ def replicate(record_path: str | Path, keep: bool = False, out: str | Path | Non
         if config.fingerprint() != record["fingerprint"]:
             raise records.RecordError(f"{record_path}: its config gives fingerprint {config.fingerprint()}, not the "
                                       f"recorded {record['fingerprint']}; this pflcore cannot retrain it as it ran.")
-        log(f"retraining {record_path.name} ({config.rounds} rounds) on {numerics.in_words(numerics.numeric_path())}")
+        from .engine.executors import resolve_workers
+
+        processes = resolve_workers(config.workers, device=config.device, num_clients=config.num_clients)
+        here = numerics.numeric_path(config.device, config.workers, worker_processes=processes)
+        log(f"retraining {record_path.name} ({config.rounds} rounds) on {numerics.in_words(here)}")
         with records.recording(record["notebook"], train=True, changes=record.get("preset_changes") or {}):
             result = run(config)
             comparison = records.compare(result, record_path)

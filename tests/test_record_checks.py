@@ -322,3 +322,23 @@ def test_a_notebook_run_of_a_forged_record_is_refused_before_training(tmp_path, 
     with pytest.raises(records.RecordError, match=r"clients\.final\[0\]") as info:
         run(config)
     assert "\n" not in str(info.value) and not (project / "results").exists()
+
+
+def test_a_record_whose_data_is_not_on_this_machine_is_still_read_and_still_checked(tmp_path):
+    """FedCP's records name the MNIST partition beside the project; a clone without it still reads
+    them (every check but the fingerprint, which hashes that folder's files), and still refuses a
+    damaged config."""
+    [source] = [p for p in shipped_paths() if "/fedcp/t2_main/" in str(p)][:1]
+    project = tmp_path / "clone"
+    target = project / records.RECORDS_FOLDER / "fedcp" / "t2_main" / source.name
+    target.parent.mkdir(parents=True)
+    (project / "notebooks").mkdir()
+    (project / "params").mkdir()
+    shutil.copy(source, target)
+    raw = json.loads(source.read_text())
+    assert raw["config"]["data_root"] and not (project / raw["config"]["data_root"]).exists()
+    assert records.read(target)["fingerprint"] == raw["fingerprint"]
+    raw["config"]["method_params"] = {**raw["config"]["method_params"], "no_such_parameter": 1}
+    target.write_text(json.dumps(raw))
+    with pytest.raises(records.RecordError, match=r"field 'config' is not a config this pflcore runs"):
+        records.read(target)

@@ -301,13 +301,14 @@ def test_a_method_that_trains_as_fedavg_is_scored_from_fedavg_s_final_state_with
     assert "Scored from the final state of the fedavg run" in record["notes"][0]
 
 
-def test_the_readme_s_measured_numbers_come_from_the_record_it_names():
-    """Every decimal number in a README paragraph that names a benchmark record is a value of
-    that record, rounded as shown."""
+def test_the_docs_measured_numbers_come_from_the_record_they_name():
+    """Every decimal number in a paragraph of the README or docs/ that names a benchmark record
+    is a value of that record, rounded as shown."""
     import re
 
     root = Path(__file__).resolve().parents[1]
-    paragraphs = (root / "README.md").read_text().split("\n\n")
+    paragraphs = [p for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+                  for p in doc.read_text().split("\n\n")]
     checked = 0
     for paragraph in paragraphs:
         named = re.findall(r"benchmarks/records/[\w.-]+\.json", paragraph)

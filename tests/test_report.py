@@ -824,3 +824,27 @@ def test_a_build_that_shares_reuse_runs_a_notebook_again_only_when_its_inputs_ch
     assert len(runs) == 3
     build_once(None)  # without reuse, every build executes
     assert len(runs) == 4
+
+
+def test_each_row_names_the_hosts_of_its_seeds_and_its_replications_never_enter_its_mean():
+    from pflcore import numerics
+    from pflcore.report import hosts_and_replications
+
+    path = {**numerics.numeric_path("cpu", 0), "training_threads": 1}
+    runs = [record("fedpac/t1_main", "fedpac", s, a) for s, a in [(0, 91.0), (1, 93.0), (2, 92.0)]]
+    runs[0]["provenance"].update(cpu_model="AMD EPYC")  # before paths were kept
+    runs[1]["provenance"].update(cpu_model="AMD EPYC")
+    runs[2]["provenance"].update(cpu_model="Intel Xeon", numeric_path=path)
+    replication = record("fedpac/t1_main", "fedpac", 0, 91.5)
+    replication["provenance"].update(cpu_model="Intel Xeon", numeric_path=path)
+    replication["replication_of"] = {
+        "fingerprint": runs[0]["fingerprint"], "record": "x.json", "same_path": None, "verdict": "within_spread",
+        "metrics": {"acc_mean": {"ours": 91.5, "record": 91.0, "diff": 0.5}}, "largest_client_diff": 2.0,
+        "clients_differing": 3, "clients": 20, "spread": {"n": 3, "acc_mean": {"mean": 92.0, "std": 1.0}}}
+    cells = cells_of(T1, [(Path(f"r{i}.json"), r) for i, r in enumerate(runs)])
+    assert cells[("fmnist 20", "fedpac")].mean("acc_mean") == pytest.approx(92.0)  # three seeds, no replication
+    [row] = hosts_and_replications(T1, cells, [(Path("rep.json"), replication)])
+    assert row["mixed"] and row["hosts"].startswith("seeds 0, 1: AMD EPYC, path unknown; seed 2: Intel Xeon")
+    [line] = row["replications"]
+    assert line.startswith("seed 0 retrained on Intel Xeon") and "within the seed spread" in line
+    assert "+0.500 points, 0.50 of the seed std" in line and "3 of 20 clients differ" in line

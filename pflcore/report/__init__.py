@@ -430,7 +430,8 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
     t0 = time.perf_counter()
     (out / "figures").mkdir(parents=True)
     found = records.all_records(root / records.RECORDS_FOLDER)
-    log(f"report: {len(found)} records under {root / records.RECORDS_FOLDER}")
+    replications = records.all_replications(root / records.RECORDS_FOLDER)
+    log(f"report: {len(found)} records and {len(replications)} replications under {root / records.RECORDS_FOLDER}")
     pages: dict[str, Page] = {paper: Page(paper, PAPERS[paper]) for paper in PAPERS}
     table_status: dict[tuple[str, str], tuple[str, str]] = {}
     drawn: list[dict] = []  # {"figure": path in out, "as": path under figures/, "records": [...]}
@@ -458,7 +459,8 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
         notebooks_html = (execute_notebooks(spec, cells, root, out, log, drawn, reuse, failed)
                           if execute and spec.execute else [])
         pages[spec.paper].tables.append((spec, cells, figures, claim, notebooks_html, other_settings(spec, found),
-                                         variant_cells(spec, found), config_values(spec, found, root)))
+                                         variant_cells(spec, found), config_values(spec, found, root),
+                                         hosts_and_replications(spec, cells, replications)))
         table_status[(spec.paper, spec.id)] = _table_status(spec, cells)
         if figures and spec.curves_item:
             table_status[(spec.paper, spec.curves_item)] = (
@@ -496,6 +498,53 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
                      encoding="utf-8")
     log(f"report: built in {time.perf_counter() - t0:.0f} s")
     return index
+
+
+VERDICT_WORDS = {
+    "identical": "bit for bit the record's numbers",
+    "within_spread": "within the seed spread of its row",
+    "outside_spread": "outside the seed spread of its row",
+    "spread_unknown": "too few seeds recorded to judge against the seed spread",
+}
+
+
+def hosts_and_replications(spec: TableSpec, cells: dict, replications: list[tuple[Path, dict]]) -> list[dict]:
+    """Per recorded row of a table: the machines and numeric paths its seeds ran on
+    (:func:`pflcore.records.host_of`), and the replications of its records (a recorded run
+    retrained on another numeric path, :mod:`pflcore.replicate`) with their verdict. A
+    replication never enters the row's mean."""
+    by_fingerprint = {}
+    for _, rep in replications:
+        by_fingerprint.setdefault(rep["replication_of"]["fingerprint"], []).append(rep)
+    rows = []
+    for column in spec.columns:
+        for method in spec.rows:
+            cell = cells[(column, method)]
+            if not cell.n:
+                continue
+            hosts: dict[str, list[int]] = {}
+            for run in sorted(cell.runs, key=lambda r: r["seed"]):
+                hosts.setdefault(records.host_of(run), []).append(run["seed"])
+            retrained = []
+            for run in sorted(cell.runs, key=lambda r: r["seed"]):
+                for rep in by_fingerprint.get(run["fingerprint"], []):
+                    of = rep["replication_of"]
+                    final = of["metrics"].get("acc_mean", {})
+                    std = (of.get("spread") or {}).get("acc_mean", {}).get("std")
+                    size = (f", {abs(final['diff']) / std:.2f} of the seed std" if std and "diff" in final else "")
+                    path_words = ("the record's path unrecorded" if of.get("same_path") is None
+                                  else "another numeric path" if of["same_path"] is False else "the same path")
+                    retrained.append(
+                        f"seed {run['seed']} retrained on {records.host_of(rep)} ({path_words}): "
+                        f"{VERDICT_WORDS.get(of['verdict'], of['verdict'])}; final client mean "
+                        f"{final.get('ours', float('nan')):.2f} against the record's {final.get('record', float('nan')):.2f}"
+                        f" ({final.get('diff', float('nan')):+.3f} points{size}), largest per-client difference "
+                        f"{of['largest_client_diff']:.2f} points ({of['clients_differing']} of {of['clients']} clients "
+                        "differ)")
+            rows.append({"row": f"{spec.row_name(method)}, {spec.column_title(column)}",
+                         "hosts": "; ".join(f"{_seed_words(seeds)}: {host}" for host, seeds in hosts.items()),
+                         "mixed": len(hosts) > 1, "replications": retrained})
+    return rows
 
 
 def _seed_words(seeds: list[int]) -> str:

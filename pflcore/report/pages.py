@@ -113,6 +113,8 @@ in the tables below); or, where we have none, why (a column's reason under its h
 {% for src, caption in t.figures %}<figure><img src="{{ src }}" alt="{{ caption }}"><figcaption>{{ caption }}</figcaption></figure>{% endfor %}
 {% if t.notebooks %}<p>Executed notebooks (from the records):</p><ul>
 {% for href, caption in t.notebooks %}<li><a href="{{ href }}">{{ caption }}</a></li>{% endfor %}</ul>{% endif %}
+{% if t.hosts %}<details class="hosts"><summary><b>Where each row's seeds ran</b> ({{ t.hosts | selectattr("mixed") | list | length }} row(s) mix hosts; {{ t.hosts | map(attribute="replications") | map("length") | sum }} replication(s): a recorded run retrained on another machine). Bit-identity holds on the same numeric path only; a replication never enters a row's mean.</summary><ul>
+{% for h in t.hosts %}<li><b>{{ h.row }}</b>: {{ h.hosts }}{% for rep in h.replications %}<br>&rarr; {{ rep }}{% endfor %}</li>{% endfor %}</ul></details>{% endif %}
 <p>Records behind this table: {% for rec in t.records %}<code>{{ rec }}</code>{% if not loop.last %}, {% endif %}{% endfor %}{% if not t.records %}none yet{% endif %}.</p>
 {% if t.others %}<p>Not in this table: {{ t.others|length }} record(s) of its notebook whose runs changed the paper
 preset's parameters{% if t.preset_changes %} otherwise than the table's{% endif %}, so another setting:
@@ -241,6 +243,7 @@ def render_paper(page: Page, verdict: Callable, built: dict | None = None) -> st
     for entry in page.tables:
         spec, cells, figures, claim, notebooks, others, variants, *rest = entry
         values = rest[0] if rest else {}
+        hosts = rest[1] if len(rest) > 1 else []
         columns, used, notes = [], [], []
         for column in spec.columns:
             rows = []
@@ -283,7 +286,8 @@ def render_paper(page: Page, verdict: Callable, built: dict | None = None) -> st
             "claim_css": ("so-far" if "so far" in claim_status else "holds" if claim_status.startswith("holds")
                           else "does-not-hold"),
             "paper_std_kind": spec.paper_std_kind, **_matrix(spec, cells),
-            "records": sorted(set(used)), "notes": notes, "others": others, "preset_changes": spec.preset_changes})
+            "records": sorted(set(used)), "notes": notes, "others": others, "preset_changes": spec.preset_changes,
+            "hosts": hosts})
     figures = [{**f, "anchor": f"{page.paper}-figure-{f['id']}", "stand_in": f.get("stand_in", ""),
                 "notebook_title": f["notebook"].removesuffix(".html").replace("-", "/", 1)} for f in page.figures]
     contents = ([(t["anchor"], t["title"].split(",")[0]) for t in tables]
