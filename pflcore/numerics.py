@@ -157,7 +157,7 @@ def same_path(a: Any, b: Any) -> bool | None:
 def in_words(path: Any) -> str:
     """One phrase for a person: where a run's bits come from."""
     if not is_known(path):
-        return "an unrecorded numeric path (a record written before pflcore kept it)"
+        return "a numeric path that was not recorded (the record predates it)"
     if path.get("device") == "cuda":
         return (f"{path.get('gpu')}, CUDA {path.get('cuda')}, cuDNN {path.get('cudnn')}, TF32 "
                 f"{'on' if path.get('tf32_matmul') else 'off'}, {path.get('executor')}")

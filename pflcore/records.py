@@ -1205,8 +1205,12 @@ def comparison_line(comparison: dict, path: Path) -> str:
                 f"numeric path ({ours}), where the same code, config and seed must give the same bits; please "
                 "report it as a pflcore issue with this line and the provenance blocks of both runs' summary.json.")
     spread = comparison["spread"]
-    head = (f"differs from the record {path} in its last bits, which is expected here: this run's numeric path "
-            f"({ours}) is not the record's ({theirs})")
+    if comparison["same_path"] is None:
+        head = (f"differs from the record {path} in its last bits, which is expected here: the record's numeric path "
+                f"was not recorded, and this run's ({ours}) is evidently another")
+    else:
+        head = (f"differs from the record {path} in its last bits, which is expected here: this run's numeric path "
+                f"({ours}) is not the record's ({theirs})")
     if kind == "spread_unknown":
         return (f"{head}; {diffs}; {clients}. Its setting has {spread['n']} recorded seed(s), too few to judge "
                 "whether that is seed noise.")
