@@ -85,11 +85,14 @@ def git_state(start: Path | None = None) -> dict:
     try:
         commit = subprocess.run([*git, "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                                 timeout=10, env=quiet).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None, "git_dirty": None}
+    try:  # a status cut off by its timeout leaves the commit known and whether it was dirty unknown
         status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=where,
                                 capture_output=True, text=True, timeout=30, env=quiet)
         dirty = bool(status.stdout.strip()) if status.returncode == 0 and commit else None
     except (OSError, subprocess.SubprocessError):
-        commit, dirty = None, None
+        dirty = None
     return {"git_commit": commit, "git_dirty": dirty}
 
 

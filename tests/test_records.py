@@ -365,3 +365,32 @@ def test_a_probed_run_s_record_without_its_probe_is_the_record_of_the_run_withou
     assert records.find(plain.config) == path
     with pytest.raises(records.RecordError, match="without the feature probe"):
         records.without_probe(trained, "paper_x/t2", FeatureProbe.measures, "b.json")
+
+
+def test_reading_git_state_takes_no_lock_and_a_timeout_leaves_none(tmp_path, monkeypatch):
+    """Provenance reads git without optional locks: a `git status` cut off by its timeout (here a
+    clean filter as slow as the notebook filter in a fresh clone) leaves no .git/index.lock behind,
+    so later commits (the campaign's) still work."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "config", "filter.slow.clean", "sleep 5; cat"], check=True)
+    (repo / ".gitattributes").write_text("*.txt filter=slow\n")
+    (repo / "a.txt").write_text("one\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (repo / "a.txt").write_text("two\n")  # modified: status must run the slow filter
+    real = subprocess.run
+
+    def quick(*args, **kwargs):
+        return real(*args, **{**kwargs, "timeout": min(kwargs.get("timeout", 1), 1)})
+
+    monkeypatch.setattr(records.subprocess, "run", quick)
+    state = records.git_state(repo)
+    assert state["git_commit"] and state["git_dirty"] is None  # status was cut off: unknown, not guessed
+    assert not (repo / ".git" / "index.lock").exists()
+    monkeypatch.setattr(records.subprocess, "run", real)
+    subprocess.run([*git, "commit", "-qam", "y"], check=True)  # and git still commits
