@@ -32,7 +32,6 @@ import os
 import platform
 import re
 import subprocess
-import warnings
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -154,18 +153,12 @@ def end_stretch(entry: dict, last_round: int, seconds: float) -> dict:
             "load_at_end": load_average()}
 
 
-def provenance(config: Any, stretches: list[dict], seconds: float, rounds: int) -> dict:
-    """The provenance block of a finished run's ``summary.json`` and of its record."""
-    from .engine.executors import resolve_workers
-
+def provenance(config: Any, stretches: list[dict], seconds: float, rounds: int,
+               worker_processes: int | None = None) -> dict:
+    """The provenance block of a finished run's ``summary.json`` and of its record;
+    ``worker_processes``: how many processes trained the clients (the engine's executor)."""
     env = environment(config.device, config.workers)
-    try:
-        with warnings.catch_warnings():  # the run has said it already if its workers were cut
-            warnings.simplefilter("ignore")
-            processes = resolve_workers(config.workers, device=config.device, num_clients=config.num_clients)
-    except (TypeError, ValueError):
-        processes = None
-    env["numeric_path"] = numerics.numeric_path(config.device, config.workers, worker_processes=processes)
+    env["numeric_path"] = numerics.numeric_path(config.device, config.workers, worker_processes=worker_processes)
     return {**env, "started": stretches[0]["started"] if stretches else None,
             "finished": now(), "seconds": seconds, "seconds_per_round": seconds / max(rounds, 1),
             "stretches": stretches}

@@ -38,6 +38,11 @@ def tutorial_file() -> str:
 
 
 def test_your_own_method_in_one_file_runs_from_the_command_line(tmp_path, monkeypatch, capsys, clean_registry):
+    from pflcore import run
+
+    # worker processes already running (from an earlier run in this process) learn the plugin's folder too
+    run({"method": "fedavg", "dataset": "digits", "model": "mlp", "num_clients": 2, "rounds": 1, "workers": 2,
+         "quiet": True, "partition": {"kind": "iid", "samples_per_client": 20}, "output_dir": str(tmp_path / "warm")})
     (tmp_path / "fedavgm.py").write_text(tutorial_file())
     monkeypatch.chdir(tmp_path)
     assert main(["list", "methods", "--plugin", "fedavgm.py"]) == 0

@@ -385,8 +385,8 @@ def test_reading_git_state_takes_no_lock_and_a_timeout_leaves_none(tmp_path, mon
     (repo / "a.txt").write_text("two\n")  # modified: status must run the slow filter
     real = subprocess.run
 
-    def quick(*args, **kwargs):
-        return real(*args, **{**kwargs, "timeout": min(kwargs.get("timeout", 1), 1)})
+    def quick(command, *args, **kwargs):  # git status cut off after a second
+        return real(command, *args, **{**kwargs, "timeout": 1 if "status" in command else kwargs.get("timeout")})
 
     monkeypatch.setattr(records.subprocess, "run", quick)
     state = records.git_state(repo)

@@ -142,6 +142,9 @@ class _Processes:
 
     def configure(self, setup: dict) -> None:
         for conn in self.connections:
+            # this process's import path first: a method defined outside pflcore (a plugin, whose folder
+            # went on sys.path after these workers started) is unpickled by its module name
+            conn.send(("path", list(sys.path)))
             conn.send(("setup", setup))  # the tensors go through shared memory
 
     def run(self, groups: Sequence[Sequence[ClientJob]]) -> list[ClientResult]:
@@ -352,6 +355,9 @@ def _worker_main(conn, parent_pid: int, death_signal: bool = False) -> None:
             return
         if command == "stop":
             return
+        if command == "path":
+            sys.path[:0] = [p for p in body if p not in sys.path]
+            continue
         if command == "setup":
             cls, params = body["algorithm"]
             worker = ClientWorker(cls(**params), body["settings"], body["seed"], body["num_classes"],

@@ -430,7 +430,7 @@ def _scored_from(sim: Simulation, rundir: RunDirectory, base: RunResult) -> RunR
     return _result(config, history, [acc.tolist()], [config.rounds], seconds, data, rundir,
                    final_state=sim.snapshot(), stretches=[records.end_stretch(this_stretch, config.rounds,
                                                                                time.perf_counter() - t0)],
-                   extra_summary={"scored_from": scored_from})
+                   extra_summary={"scored_from": scored_from}, worker_processes=_processes_of(sim))
 
 
 def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None) -> RunResult:
@@ -488,7 +488,13 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
 
     stretches.append(records.end_stretch(this_stretch, config.rounds, seconds - stretch_start))
     return _result(config, history, acc_history, eval_rounds, seconds, data, rundir,
-                   getattr(sim.algorithm, "failure_counters", ()), final_state=sim.snapshot(), stretches=stretches)
+                   getattr(sim.algorithm, "failure_counters", ()), final_state=sim.snapshot(), stretches=stretches,
+                   worker_processes=_processes_of(sim))
+
+
+def _processes_of(sim: Simulation) -> int:
+    """How many processes trained the clients: a worker pool's size, else 0 (this process)."""
+    return int(getattr(sim.executor, "num_workers", 0) or 0)
 
 
 def _percent_history(ckpt: dict) -> list[list[float]]:
@@ -502,7 +508,8 @@ def _percent_history(ckpt: dict) -> list[list[float]]:
 def _result(config: ExperimentConfig, history: list[dict], acc_history: list[list[float]],
             eval_rounds: list[int], seconds: float, data: FederatedData, rundir: RunDirectory,
             failure_counters: Iterable[str] = (), final_state: dict | None = None,
-            stretches: list[dict] | None = None, extra_summary: dict | None = None) -> RunResult:
+            stretches: list[dict] | None = None, extra_summary: dict | None = None,
+            worker_processes: int | None = None) -> RunResult:
     accs = np.asarray(acc_history, dtype=np.float64)
     means = np.array([h["acc_mean"] for h in history if "acc_mean" in h])
     pooled = np.array([h["acc_weighted"] for h in history if "acc_weighted" in h])
@@ -535,7 +542,7 @@ def _result(config: ExperimentConfig, history: list[dict], acc_history: list[lis
                       f"are not those of the method as specified; summary.json in {rundir.path} records the totals.",
                       MethodFailureWarning, stacklevel=4)
     summary.update(extra_summary or {})
-    summary["provenance"] = records.provenance(config, stretches or [], seconds, config.rounds)
+    summary["provenance"] = records.provenance(config, stretches or [], seconds, config.rounds, worker_processes)
     clients = {"final": accs[-1], "best": accs[best], "history": accs, "eval_rounds": np.asarray(eval_rounds),
                "train_sizes": data.train_sizes, "test_sizes": data.test_sizes,
                **({"new_final": np.asarray(new_acc, dtype=np.float64)} if new_acc is not None else {})}
