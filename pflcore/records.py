@@ -1158,27 +1158,39 @@ def seed_spread(setting: list[dict]) -> dict:
     return out
 
 
-#: How far a retrained run on another numeric path may be from its own seed's record, in stds of
-#: the setting's recorded seeds, and still count as seed noise: a run whose last bits differ
-#: follows another trajectory from the same seed, which should land well within one seed-to-seed std.
-WITHIN_SEED_STDS = 1.0
+#: A retrained run on another numeric path counts as seed noise when its final and best client
+#: means both lie in the 95 % prediction interval of its setting's recorded seeds (mean +- t s
+#: sqrt(1 + 1/n), s over seeds with ddof 1): where a further seed of the setting would land. Its
+#: trajectory starts from the same seed, so it should land closer than that; with three seeds s
+#: itself is uncertain (two degrees of freedom), which the t quantile accounts for.
+PREDICTION = 0.95
+
+
+def prediction_interval(spread: dict, key: str) -> tuple[float, float] | None:
+    """Where a further seed of the setting would land (:data:`PREDICTION`), or None (n < 2)."""
+    from scipy import stats
+
+    n, entry = spread.get("n", 0), spread.get(key) or {}
+    if n < 2 or entry.get("std") is None or entry.get("mean") is None:
+        return None
+    half = float(stats.t.ppf(0.5 + PREDICTION / 2, n - 1)) * entry["std"] * math.sqrt(1 + 1 / n)
+    return entry["mean"] - half, entry["mean"] + half
 
 
 def verdict(comparison: dict) -> str:
     """``identical``, ``defect`` (same numeric path, other numbers), ``within_spread`` or
-    ``outside_spread`` (another or an unrecorded path, judged against the seed spread), or
-    ``spread_unknown`` (another path, and fewer than two recorded seeds to judge by)."""
+    ``outside_spread`` (another or an unrecorded path, judged by the setting's prediction
+    interval), or ``spread_unknown`` (another path, and fewer than two recorded seeds)."""
     if comparison["identical"]:
         return "identical"
     if comparison["same_path"]:
         return "defect"
-    spread = comparison["spread"]
     judged = []
     for key in ("acc_mean", "best_acc_mean"):
-        std = spread.get(key, {}).get("std")
-        if key not in comparison["metrics"] or std is None:
+        interval = prediction_interval(comparison["spread"], key)
+        if key not in comparison["metrics"] or interval is None:
             return "spread_unknown"
-        judged.append(abs(comparison["metrics"][key]["diff"]) <= WITHIN_SEED_STDS * std)
+        judged.append(interval[0] <= comparison["metrics"][key]["ours"] <= interval[1])
     return "within_spread" if all(judged) else "outside_spread"
 
 
@@ -1213,14 +1225,15 @@ def comparison_line(comparison: dict, path: Path) -> str:
     parts = []
     for key, name in (("acc_mean", "final mean"), ("best_acc_mean", "best mean")):
         row, std = comparison["metrics"][key], spread[key]["std"]
+        low, high = prediction_interval(spread, key)
         parts.append(f"{name} {row['ours']:.2f} against the record's {row['record']:.2f} ({row['diff']:+.3f}, "
                      f"{abs(row['diff']) / std if std else float('inf'):.2f} of the std {std:.2f} over its "
-                     f"setting's {spread['n']} seeds)")
+                     f"setting's {spread['n']} seeds; a further seed would land in {low:.2f}-{high:.2f})")
     if kind == "within_spread":
         end = "within the seed spread: the evidence holds on this machine."
     else:
-        end = ("outside the seed spread (more than one seed std from its record): the evidence does not hold on "
-               "this machine; please report it as a pflcore issue with this line.")
+        end = (f"outside the seed spread (beyond the {PREDICTION:.0%} prediction interval of its setting's seeds): "
+               "the evidence does not hold on this machine; please report it as a pflcore issue with this line.")
     return f"{head}; {'; '.join(parts)}; {clients}: {end}"
 
 

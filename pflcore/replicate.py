@@ -57,14 +57,7 @@ def replicate(record_path: str | Path, keep: bool = False, out: str | Path | Non
                     log("not kept: it ran on the record's own numeric path, so it replicates nothing new.")
                     return comparison
                 mine = record_of(result, record["notebook"])
-                mine["replication_of"] = {
-                    "record": record_path.name, "fingerprint": record["fingerprint"],
-                    "record_numeric_path": record["provenance"].get("numeric_path"),
-                    "record_cpu_model": record["provenance"].get("cpu_model"),
-                    "same_path": comparison["same_path"], "verdict": comparison["verdict"],
-                    "metrics": comparison["metrics"], "largest_client_diff": comparison["largest_client_diff"],
-                    "clients_differing": comparison["clients_differing"], "clients": comparison["clients"],
-                    "spread": comparison["spread"]}
+                mine["replication_of"] = replication_of(record_path, record, comparison)
                 target = replication_path(record_path, mine)
                 records.validate(mine, target)
                 records._dump(mine, target)
@@ -73,13 +66,53 @@ def replicate(record_path: str | Path, keep: bool = False, out: str | Path | Non
     return comparison
 
 
+def replication_of(record_path: Path, record: dict, comparison: dict) -> dict:
+    """The ``replication_of`` block of a replication record: what it replicates and the verdict."""
+    return {"record": record_path.name, "fingerprint": record["fingerprint"],
+            "record_numeric_path": record["provenance"].get("numeric_path"),
+            "record_cpu_model": record["provenance"].get("cpu_model"),
+            "same_path": comparison["same_path"], "verdict": comparison["verdict"],
+            "metrics": comparison["metrics"], "largest_client_diff": comparison["largest_client_diff"],
+            "clients_differing": comparison["clients_differing"], "clients": comparison["clients"],
+            "spread": comparison["spread"], "rule": f"{records.PREDICTION:.0%} prediction interval of the seeds"}
+
+
+def rejudge(replication: str | Path) -> dict:
+    """A kept replication judged again from its own numbers and its record (no training): after
+    the rule or the setting's recorded seeds change. Rewrites only ``replication_of``."""
+    from .config import ExperimentConfig
+    from .engine.results import RunResult
+
+    path = Path(replication).resolve()
+    mine = records.read(path)
+    of = mine.get("replication_of")
+    if not isinstance(of, dict):
+        raise records.RecordError(f"{path} is not a replication record (no 'replication_of').")
+    record_path = path.parent.parent / of["record"]
+    record = records.read(record_path)
+    result = RunResult.from_record(mine, ExperimentConfig(**{**mine["config"], "data_root": None}), path)
+    comparison = records.compare(result, record_path)
+    comparison["verdict"] = records.verdict(comparison)
+    comparison["record_path"] = record_path
+    mine["replication_of"] = replication_of(record_path, record, comparison)
+    records.validate(mine, path)
+    records._dump(mine, path)
+    return comparison
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pflcore.replicate", description=__doc__.split("\n\n")[0])
     parser.add_argument("record", help="a run record under reproductions/ (a .json file)")
     parser.add_argument("--keep", action="store_true",
                         help="write the result as a replication record in replications/ beside the record")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="RECORD is a kept replication: judge it again from its numbers (no training)")
     args = parser.parse_args(argv)
     try:
+        if args.rejudge:
+            comparison = rejudge(args.record)
+            print(records.comparison_line(comparison, comparison["record_path"]))
+            return 1 if comparison["verdict"] in ("defect", "outside_spread") else 0
         comparison = replicate(args.record, keep=args.keep)
     except (records.RecordError, ConfigError, FileNotFoundError) as error:
         print(f"pflcore.replicate: {error}", file=sys.stderr)

@@ -108,15 +108,20 @@ def test_another_path_is_judged_against_the_seed_spread(project, make_config):
         again = run(config)
 
     seeds = [records.read(p) for p in paths]
-    moved = _elsewhere(paths[0], acc_mean=0.25 * std, best_acc_mean=0.0)  # our run's final mean: 0.25 std off
+    moved = _elsewhere(paths[0], acc_mean=0.25 * std, best_acc_mean=0.0)  # the record 0.25 std off our run
     comparison = records.compare(again, moved, setting=seeds)
     assert comparison["same_path"] is False and comparison["spread"]["n"] == 3
-    assert records.verdict(comparison) == "within_spread"
+    assert records.verdict(comparison) == "within_spread"  # our run is one of the setting's seeds
     line = records.comparison_line(comparison, paths[0])
     assert "is expected here" in line and "within the seed spread" in line and "0.25 of the std" in line
+    low, high = records.prediction_interval(comparison["spread"], "acc_mean")
+    mean = comparison["spread"]["acc_mean"]["mean"]  # t(0.975, 2) = 4.303, times sqrt(1 + 1/3)
+    assert (high - mean) == pytest.approx(4.302653 * std * (4 / 3) ** 0.5, rel=1e-6) and low < mean < high
 
-    moved = _elsewhere(paths[0], acc_mean=2.25 * std)  # 2.25 stds off: outside
-    comparison = records.compare(again, moved, setting=seeds)
+    far = [json.loads(json.dumps(r)) for r in seeds]  # a setting whose seeds all lie 10 stds above our run
+    for r in far:
+        r["summary"]["acc_mean"] += 10 * std
+    comparison = records.compare(again, moved, setting=far)
     assert records.verdict(comparison) == "outside_spread"
     assert "report it" in records.comparison_line(comparison, paths[0])
 
@@ -140,6 +145,9 @@ def test_a_kept_replication_sits_beside_its_record_and_never_enters_a_mean(proje
     assert rep["provenance"]["numeric_path"] == numerics.numeric_path("cpu", rep["config"]["workers"])
     assert [p for p, _ in records.all_records(project / "reproductions")] == [path]  # not in any mean
     assert records.find(make_config(rounds=2)) == path  # and never found as the record of its config
+    again = replicate.rejudge(written)  # judged again from its own numbers, no training
+    assert again["verdict"] == comparison["verdict"] and again["record_path"] == path.resolve()
+    assert records.read(written)["replication_of"]["rule"].startswith("95% prediction interval")
     assert replicate.main([str(written)]) == 2  # a replication is not replicated again
     assert "itself a replication" in capsys.readouterr().err
 
