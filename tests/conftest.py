@@ -59,6 +59,16 @@ def tiny_config(tmp_path, **changes) -> ExperimentConfig:
 
 
 @pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """An empty pflcore project (notebooks/ and params/) as the working directory, training not forced."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PFLCORE_TRAIN", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
 def make_config(tmp_path):
     return lambda **changes: tiny_config(tmp_path, **changes)
 

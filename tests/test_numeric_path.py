@@ -13,15 +13,6 @@ from pflcore import numerics, records, replicate
 from pflcore.engine import run
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch) -> Path:
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "params").mkdir()
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(records.TRAIN_ENV, raising=False)
-    return tmp_path
-
-
 def _recorded(make_config, seeds=(7,)):
     paths = []
     for seed in seeds:

@@ -280,16 +280,22 @@ def test_a_file_larger_than_any_record_is_refused_whatever_its_reported_size(cop
     one_sentence(info.value, copy)
 
 
-def test_the_report_refuses_a_forged_record_in_one_sentence(tmp_path, capsys):
-    """`pflcore report` over a project whose record was edited: one line naming the file, exit 2, no traceback."""
-    from pflcore.cli import main
-
+def project_with_sample(tmp_path: Path) -> tuple[Path, Path]:
+    """A project holding a copy of the first sample record; returns (project, the copy's path)."""
     project = tmp_path / "project"
     (project / "notebooks").mkdir(parents=True)
     (project / "params").mkdir()
     path = project / records.RECORDS_FOLDER / SAMPLES[0].relative_to(SHIPPED)
     path.parent.mkdir(parents=True)
     shutil.copyfile(SAMPLES[0], path)
+    return project, path
+
+
+def test_the_report_refuses_a_forged_record_in_one_sentence(tmp_path, capsys):
+    """`pflcore report` over a project whose record was edited: one line naming the file, exit 2, no traceback."""
+    from pflcore.cli import main
+
+    project, path = project_with_sample(tmp_path)
     edit(path, lambda r: r["summary"].update(acc_mean=99.51))
     cwd = os.getcwd()
     os.chdir(project)
@@ -309,12 +315,7 @@ def test_a_notebook_run_of_a_forged_record_is_refused_before_training(tmp_path, 
     from pflcore.engine import run
 
     raw = RAW[SAMPLES[0]]
-    project = tmp_path / "project"
-    (project / "notebooks").mkdir(parents=True)
-    (project / "params").mkdir()
-    path = project / records.RECORDS_FOLDER / SAMPLES[0].relative_to(SHIPPED)
-    path.parent.mkdir(parents=True)
-    shutil.copyfile(SAMPLES[0], path)
+    project, path = project_with_sample(tmp_path)
     edit(path, lambda r: r["clients"]["final"].__setitem__(0, -5))
     monkeypatch.chdir(project)
     config = ExperimentConfig(**raw["config"])

@@ -14,16 +14,6 @@ from pflcore import numerics, records
 from pflcore.engine import RunResult, run
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch) -> Path:
-    """An empty pflcore project (notebooks/ and params/) as the working directory."""
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "params").mkdir()
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(records.TRAIN_ENV, raising=False)
-    return tmp_path
-
-
 def test_a_finished_paper_run_writes_a_valid_record_with_provenance(project, make_config):
     config = make_config(method="fedpac", rounds=2)
     with records.recording("paper_x/t1"):
