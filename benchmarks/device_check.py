@@ -24,6 +24,18 @@ every part, so a run cut short still leaves what it measured):
    plus one evaluation every 10 rounds, from the measured round times (a method not timed
    takes FedAvg's).
 
+7. the device campaign (``python -m pflcore.campaign device``, :mod:`pflcore.device_campaign`)
+   for the rest of the budget: the plan's remaining entries (``--table``, ``--first`` narrow
+   them) on the GPU, K at once (``--concurrent``, default ``auto``: a short probe measures it),
+   each started only while its estimate (the plan's 2-core seconds over the speed-up measured
+   in part 2 against FedPAC Table 1's committed CPU records) fits what is left; each finished
+   run's record goes to ``--campaign-out`` and, with the manifest, to ``--campaign-tar`` (one
+   file, rewritten after every finished run: bring it back, then
+   ``python -m pflcore.campaign adopt TAR`` checks and commits the records). Part 6's column
+   estimate is set beside the committed device checks' (the earlier H200 and H100 runs).
+   The notebooks run under papermill: the machine needs papermill, nbformat, ipykernel and
+   cvxpy (carried as wheels where its image lacks them), and the datasets the entries read.
+
 ``--cpu-smoke`` runs every part at a toy scale on the CPU (2 clients x 100 samples, one
 local epoch, no pytest), to check the script itself on a machine without a GPU.
 Fashion-MNIST is found as pflcore finds it (``PFL_DATA``, the cache, Debian's package).
@@ -60,6 +72,7 @@ class Check:
 
     def __init__(self, path: Path, budget: float):
         self.path, self.budget, self.start = path, budget, time.perf_counter()
+        self.reserve = 0.0  # seconds kept for the device campaign at the end
         self.record: dict = {"kind": "device-check", "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                              "budget_s": budget, "parts": {}}
 
@@ -255,21 +268,68 @@ def table1(device: str, smoke: bool, data_cache: dict, check: Check, measured: d
         Vectorised = None
     per: dict = {}
     for method in FEDPAC_T1_METHODS:
-        if check.left() < 25:
+        if check.left() < 25 + check.reserve:
             per[method] = {"skipped": "budget"}
             continue
         try:
             cfg = config(method, device, smoke, workers=0)
             sim = Simulation(cfg, data_cache.setdefault(device, build_data(cfg)))
             per[method] = {"sequential": time_rounds(sim, 1)}
-            if Vectorised is not None and Vectorised.covers(method) and check.left() > 25:
+            if Vectorised is not None and Vectorised.covers(method) and check.left() > 25 + check.reserve:
                 sim = Simulation(cfg, data_cache[device])
                 sim.executor = Vectorised(sim.worker)
                 per[method]["vectorised"] = time_rounds(sim, 1)
         except Exception as e:
             per[method] = {"error": f"{type(e).__name__}: {e}"}
         print(f"  t1 {method}: {json.dumps(per[method])}", flush=True)
-    return {"methods": per, "estimate": estimate(per, measured)}
+    return {"methods": per, "estimate": estimate(per, measured), "earlier": earlier_estimates()}
+
+
+def earlier_estimates() -> dict:
+    """The column's estimate in each committed device check, with the GPU it ran on."""
+    out = {}
+    for path in sorted((ROOT / "benchmarks" / "records").glob("device-check-*.json")):
+        try:
+            parts = json.loads(path.read_text())["parts"]
+            out[path.name] = {"device": parts["environment"].get("device_name"),
+                              **{k: parts["table1_fmnist"]["estimate"][k] for k in ("sequential_min",
+                                                                                   "best_executor_min")}}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def campaign(device: str, smoke: bool, check: Check, args) -> dict:
+    """The rest of the budget on the device campaign (part 7)."""
+    import importlib.util
+
+    missing = [m for m in ("papermill", "nbformat", "ipykernel", "cvxpy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(f"the notebooks cannot run here: {', '.join(missing)} missing (carry them as wheels)")
+    from pflcore import device_campaign as dc
+
+    budget = check.left() - 20  # the record written after it
+    if smoke:  # the probe and the budget rule only: no paper-preset entry (minutes at least) fits 90 s at 1x
+        budget = min(budget, 90.0)
+    if budget < 60:
+        return {"skipped": f"{max(budget, 0):.0f} s of the budget left"}
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M")
+    out = Path(args.campaign_out) if args.campaign_out else ROOT / "outputs" / f"device-campaign-{stamp}"
+    tar = Path(args.campaign_tar) if args.campaign_tar else check.path.with_suffix(".campaign.tar")
+    gpu = {m: v for m, v in check.record["parts"].get("gpu_rounds", {}).items() if isinstance(v, dict)}
+    concurrent = args.concurrent if args.concurrent == "auto" else int(args.concurrent)
+    manifest = dc.device_campaign(budget, out, root=ROOT, device=device, concurrent=concurrent,
+                                  tables=tuple(args.table), first=tuple(args.first), tar=tar,
+                                  gpu_rounds=None if smoke else gpu, speedup=1.0 if smoke else None,
+                                  probe_scale="toy" if smoke else "fedpac")
+    runs = manifest["runs"]
+    return {"out": str(out), "tar": str(tar), "concurrent": manifest["concurrent"],
+            "concurrent_from": manifest.get("concurrent_from"), "probe": manifest.get("probe"),
+            "speedups": manifest["speedups"], "finished": [r["key"] for r in runs if r["status"] == "finished"],
+            "cut_off": [r["key"] for r in runs if r["status"] == "cut_off"],
+            "failed": {r["key"]: r.get("why") for r in runs if r["status"] == "failed"},
+            "seconds_per_round": {rel: v for r in runs for rel, v in (r.get("seconds_per_round") or {}).items()},
+            "not_started": len(manifest["not_started"])}
 
 
 def estimate(per: dict, measured: dict) -> dict:
@@ -305,6 +365,15 @@ def main() -> None:
     parser.add_argument("--cpu-smoke", action="store_true", help="every part at a toy scale on the CPU (no pytest)")
     parser.add_argument("--skip-cpu", action="store_true",
                         help="leave out the CPU baseline (when an earlier record of the same machine kind has it)")
+    parser.add_argument("--no-campaign", action="store_true", help="leave out the device campaign (part 7)")
+    parser.add_argument("--campaign-out", help="the campaign's DIR (default outputs/device-campaign-<time>)")
+    parser.add_argument("--campaign-tar", help="its manifest and records as one tar (default: beside --out, "
+                                               "<record>.campaign.tar)")
+    parser.add_argument("--table", action="append", default=[], help="the campaign runs only this table's entries")
+    parser.add_argument("--first", action="append", default=[], help="an entry the campaign runs first")
+    parser.add_argument("--concurrent", default="auto", help="the campaign's runs at once (default auto: a probe)")
+    parser.add_argument("--campaign-reserve", type=float, default=None,
+                        help="seconds part 6 leaves for the campaign (default 240; 70 with --cpu-smoke)")
     args = parser.parse_args()
     smoke = args.cpu_smoke
     device = "cuda" if torch.cuda.is_available() and not smoke else "cpu"
@@ -313,6 +382,8 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M")
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "records" / f"device-check-{stamp}.json"
     check = Check(out, args.budget)
+    if not args.no_campaign:
+        check.reserve = args.campaign_reserve if args.campaign_reserve is not None else (70.0 if smoke else 240.0)
     timed = 1 if smoke else args.timed_rounds
     data: dict = {}
     check.part("environment", environment, smoke)
@@ -320,7 +391,7 @@ def main() -> None:
     if smoke:
         check.record["parts"]["pytest"] = {"ok": True, "skipped": "--cpu-smoke"}
     else:
-        check.part("pytest", run_tests, min(240.0, check.left() - 150), out.parent)
+        check.part("pytest", run_tests, min(240.0, check.left() - 150 - check.reserve), out.parent)
     if args.skip_cpu:
         check.record["parts"]["cpu_baseline"] = {"ok": True, "skipped": "--skip-cpu"}
     else:
@@ -328,6 +399,11 @@ def main() -> None:
     check.part("agreement", agreement, device, smoke, data)
     measured = {m: v for m, v in check.record["parts"]["gpu_rounds"].items() if isinstance(v, dict)}
     check.part("table1_fmnist", table1, device, smoke, data, check, measured)
+    if args.no_campaign:
+        check.record["parts"]["campaign"] = {"ok": True, "skipped": "--no-campaign"}
+    else:
+        data.clear()  # the runs load their own data; free this process's
+        check.part("campaign", campaign, device, smoke, check, args)
     check.record["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     check.write()
     print(f"record: {out} ({check.record['elapsed_s']} s)", flush=True)

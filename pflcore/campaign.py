@@ -21,6 +21,15 @@ they disagree, and a damaged ``plan.json`` is refused in one sentence naming it.
     python -m pflcore.campaign status          # per table the hours left, seeds per row, every run
     python -m pflcore.campaign next [--count N] [--first KEY] [--no-commit]
     python -m pflcore.campaign check KEY...    # dry run: the notebook builds the entry's runs, trains none
+    python -m pflcore.campaign device --budget SECONDS --out DIR [--table NAME] [--first KEY] [--concurrent K]
+    python -m pflcore.campaign adopt DIR       # check, copy in and commit the records a device campaign wrote
+
+``device`` runs the remaining entries on a lent GPU for a budget of seconds, several at once,
+each finished run's record written under DIR with a manifest; ``adopt`` checks those records
+against themselves and the plan and commits them with the plan (:mod:`pflcore.device_campaign`
+says how K and the budget rule are chosen, and why a GPU record of an entry's run is that
+entry's record: ``device`` and ``workers`` are not in a config's fingerprint). ``status`` marks
+entries whose records ran on a GPU, and the estimates from measured seconds take CPU records only.
 """
 from __future__ import annotations
 
@@ -680,8 +689,31 @@ def measured_seconds(done: dict[str, list[str]], root: Path | None = None) -> di
             seconds = float(record["summary"]["seconds"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
+        if _on_gpu(record):  # the estimates are seconds on a 2-core CPU machine
+            continue
         if record.get("notebook") == entry.notebook and 0 < seconds < float("inf"):
             out.setdefault((entry.notebook, entry.label), []).append(seconds)
+    return out
+
+
+def _on_gpu(record: dict) -> bool:
+    """Whether the record's run ran on a GPU (its provenance's numeric path, else its device)."""
+    provenance = record.get("provenance") or {}
+    path = provenance.get("numeric_path") or {}
+    return str(path.get("device") or provenance.get("device") or "").startswith("cuda")
+
+
+def gpu_entries(plan: dict, root: Path | None = None) -> set[str]:
+    """The keys of the plan's done entries whose records ran on a GPU (a device campaign's)."""
+    root = root or project_root()
+    out = set()
+    for r in plan["runs"]:
+        for rel in r["records"][:1]:
+            try:
+                if _on_gpu(_read_record(root / rel)):
+                    out.add(r["key"])
+            except (OSError, ValueError):
+                continue
     return out
 
 
@@ -954,6 +986,26 @@ def main(argv: list[str] | None = None) -> int:
     chk = sub.add_parser("check", help="dry-run entries: each one's notebook builds its runs, reading records only, "
                                        "and stops at the first it would train (nothing trains, nothing is written)")
     chk.add_argument("keys", nargs="+", metavar="KEY", help="an entry's key, as status prints it")
+    dev = sub.add_parser("device", help="on a GPU: run the remaining entries for a budget of seconds, several at "
+                                        "once, each finished run's record under DIR with a manifest")
+    dev.add_argument("--budget", required=True, metavar="SECONDS", help="seconds the whole campaign may take")
+    dev.add_argument("--out", required=True, type=Path, metavar="DIR", help="a new or empty folder for the records")
+    dev.add_argument("--table", action="append", default=[], metavar="NAME",
+                     help="only this table's entries (a name status prints, or a notebook); repeat for several")
+    dev.add_argument("--first", action="append", default=[], metavar="KEY", help="an entry to run before the others")
+    dev.add_argument("--concurrent", default="auto", metavar="K",
+                     help="runs at once: a number, or 'auto' (default): measured by a short probe first")
+    dev.add_argument("--device", default="cuda", help="where the runs train (default cuda; cpu: a toy-scale check)")
+    dev.add_argument("--speedup", metavar="X", help="the device's speed-up over the plan's 2-core estimates (default: "
+                                                    "measured, from the committed device check and records)")
+    dev.add_argument("--tar", type=Path, metavar="FILE", help="also keep DIR's manifest and records as one tar, "
+                                                              "rewritten after every finished run")
+    dev.add_argument("--probe-scale", choices=("fedpac", "toy"), default="fedpac",
+                     help="the probe's workload: FedPAC's Fashion-MNIST FedAvg (default), or the digits MLP")
+    adp = sub.add_parser("adopt", help="check the records a device campaign wrote, copy them into reproductions/, "
+                                       "note them in the plan and commit both")
+    adp.add_argument("source", type=Path, metavar="DIR", help="the device campaign's folder (or its --tar)")
+    adp.add_argument("--no-commit", action="store_true")
     args = parser.parse_args(argv)
     try:
         root = project_root()
@@ -967,7 +1019,9 @@ def main(argv: list[str] | None = None) -> int:
         except PlanError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded; {plan['remaining']} remain, about "
+        on_gpu = gpu_entries(plan, root)
+        lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded"
+                 + (f" ({len(on_gpu)} on a GPU)" if on_gpu else "") + f"; {plan['remaining']} remain, about "
                  f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine."]
         if problems:
             lines.append(f"Not believed: {len(problems)} entries whose records are not on disk as plan.json says; "
@@ -982,12 +1036,15 @@ def main(argv: list[str] | None = None) -> int:
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])
         lines.append("Runs, in the order `next` takes them:")
         lines += [f"  {'done' if r['records'] else 'bad ' if r['key'] in problems else '    '}  "
-                  f"{r['estimate_s']:6.0f} s  {r['key']}" for r in plan["runs"]]
+                  f"{r['estimate_s']:6.0f} s  {r['key']}" + ("  (GPU)" if r["key"] in on_gpu else "")
+                  for r in plan["runs"]]
         try:
             print("\n".join(lines), flush=True)
         except BrokenPipeError:  # `status | head`: the reader has what it wanted
             sys.stdout = None  # nothing more goes to the closed pipe, not even at exit
         return 1 if problems else 0
+    if args.command in ("device", "adopt"):
+        return _device_commands(args, root)
     if args.command == "check":
         known = {e.key: e for e in CAMPAIGN}
         unknown = [key for key in args.keys if key not in known]
@@ -1014,6 +1071,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the campaign stopped: {err.strerror or err}{where}.", file=sys.stderr)
         return 1
     return 0
+
+
+def _device_commands(args, root: Path) -> int:
+    """``device`` and ``adopt`` (:mod:`pflcore.device_campaign`): bad input one sentence, before any run."""
+    from . import device_campaign as dc
+
+    try:
+        if args.command == "adopt":
+            dc.adopt(args.source, root=root, commit=not args.no_commit)
+            return 0
+        numbers = {}
+        for name in ("budget", "speedup"):
+            text = getattr(args, name)
+            try:
+                numbers[name] = None if text is None else float(text)
+            except ValueError:
+                raise dc.DeviceCampaignError(f"--{name} is a number; got {text!r}.") from None
+        concurrent = args.concurrent
+        if concurrent != "auto":
+            try:
+                concurrent = int(concurrent)
+            except ValueError:
+                raise dc.DeviceCampaignError(f"--concurrent is 'auto' or a whole number; got {concurrent!r}.") from None
+        manifest = dc.device_campaign(numbers["budget"], args.out, root=root, device=args.device,
+                                      concurrent=concurrent, tables=tuple(args.table), first=tuple(args.first),
+                                      speedup=numbers["speedup"], tar=args.tar, probe_scale=args.probe_scale)
+    except ValueError as err:  # DeviceCampaignError, PlanError: one sentence
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        print(f"error: the device campaign stopped: {err.strerror or err}{where}.", file=sys.stderr)
+        return 1
+    return 1 if any(r["status"] == "failed" for r in manifest["runs"]) else 0
 
 
 def _count(text: str) -> int:
