@@ -111,11 +111,14 @@ class Client:
 
     def train(self, params: Iterable[nn.Parameter], *, model: nn.Module | None = None,
               loss_fn: LossFn = cross_entropy, generator: torch.Generator | None = None,
-              pull: Pull | None = None, **overrides: Any) -> float:
-        """SGD on this client's train data with the run's settings (``overrides`` replace
+              pull: Pull | None = None, data: tuple[torch.Tensor, torch.Tensor] | None = None,
+              **overrides: Any) -> float:
+        """SGD on this client's train data (``data``: an (x, y) of it instead, e.g. FedFomo's
+        training part) with the run's settings (``overrides`` replace
         epochs/lr/batch_size/momentum/weight_decay), on ``loss_fn`` plus a proximal ``pull``
         if given. Returns the mean loss."""
-        return sgd_train(model if model is not None else self.model, params, self.x, self.y,
+        x, y = data if data is not None else (self.x, self.y)
+        return sgd_train(model if model is not None else self.model, params, x, y,
                          self.training_settings(**overrides), generator or self.generator, loss_fn, pull)
 
     def train_adjusted(self, model: nn.Module, params: Iterable[nn.Parameter],

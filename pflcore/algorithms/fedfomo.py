@@ -35,7 +35,7 @@ from torch import nn
 
 from ..models import SplitModel
 from ..streams import FEDFOMO_PICK_KEY as _PICK_KEY, FEDFOMO_SPLIT_KEY as _SPLIT_KEY
-from ..training import derive_seed, mean_loss, sgd_train
+from ..training import derive_seed, mean_loss
 from .base import TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, snapshot
 
 
@@ -147,8 +147,7 @@ class FedFomo(Algorithm):
             weights = normalised(raw)
             if float(weights.sum()) > 0:
                 load(model, combine(own, [payload["candidates"][n] for n in ids], weights))
-        loss = sgd_train(model, model.parameters(), client.x[train], client.y[train], client.settings,
-                         client.generator)
+        loss = client.train(model.parameters(), model=model, data=(client.x[train], client.y[train]))
         return {"model": snapshot(model), "ids": ids, "weights": raw if self.affinity == "raw" else weights,
                 "num_samples": int(train.numel()), "loss": loss}
 

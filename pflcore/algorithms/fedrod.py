@@ -29,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models import SplitModel
-from ..training import Batch
 from .base import (TRAIN, Algorithm, Client, FederationInfo, Param, ServerContext, load, sample_weights, snapshot,
                    weighted_average)
 
@@ -63,6 +62,20 @@ class TwoHeads(nn.Module):
         if self.mode == "personal":
             return self.personal(z)
         return self.head(z) + self.personal(z)
+
+
+def rod_loss(log_counts: torch.Tensor):
+    """The loss of one step (section 3): the generic model (phi, g) on the balanced softmax,
+    the personal head on the rest, CE(g(z) + p(z), y) with z and g(z) detached; their sum
+    (the two gradients touch disjoint parameters)."""
+
+    def loss(net: TwoHeads, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = net.body(x)
+        generic = net.head(z)
+        own = net.personal(z.detach())
+        return balanced_softmax_loss(generic, y, log_counts) + F.cross_entropy((generic.detach() + own).float(), y)
+
+    return loss
 
 
 class FedRoD(Algorithm):
@@ -105,24 +118,8 @@ class FedRoD(Algorithm):
         load(model.head, payload["head"])
         personal = self.personal_head(payload, client)
         log_counts = log_class_counts(client.class_counts()).to(client.x.device)
-        shared = list(model.parameters())
-        params = shared + list(personal.parameters())
-        step = client.sgd(params)
-
-        def train_step(batch: Batch) -> torch.Tensor:
-            """The generic model on the balanced softmax, the personal head on the rest (section 3)."""
-            with batch.precision():
-                z = model.body(batch.x)
-                generic = model.head(z)
-                own = personal(z.detach())
-            generic_loss = balanced_softmax_loss(generic, batch.y, log_counts)
-            personal_loss = F.cross_entropy((generic.detach() + own).float(), batch.y)
-            loss = generic_loss + personal_loss
-            step(loss)
-            return loss
-
-        with client.trainable(model, shared), client.trainable(personal, personal.parameters()):
-            loss = client.loop(train_step)
+        both = TwoHeads(model, personal)
+        loss = client.train(both.parameters(), model=both, loss_fn=rod_loss(log_counts))
         client.state["personal_head"] = snapshot(personal)
         return {"body": snapshot(model.body), "head": snapshot(model.head), "num_samples": client.num_samples,
                 "loss": loss}
@@ -146,4 +143,4 @@ class FedRoD(Algorithm):
         return model
 
 
-__all__ = ["FedRoD", "TwoHeads", "balanced_softmax_loss", "log_class_counts", "LOG_ZERO"]
+__all__ = ["FedRoD", "TwoHeads", "balanced_softmax_loss", "log_class_counts", "rod_loss", "LOG_ZERO"]
