@@ -1054,14 +1054,89 @@ def host_of(record: dict) -> str:
     hosts of a row's seeds ("AMD EPYC, path unknown" for a record written before paths were kept)."""
     p = record["provenance"]
     path = p.get("numeric_path")
-    if str(p.get("device", "cpu")).startswith("cuda"):
-        return f"{p.get('gpu', 'GPU')}" + ("" if numerics.is_known(path) else ", path unknown")
+    if on_gpu(record):
+        gpu = p.get("gpu") or (path or {}).get("gpu") or "GPU"
+        if not numerics.is_known(path):
+            return f"{gpu}, path unknown"
+        return f"{gpu}, CUDA {path.get('cuda', '?')}, " + (reduced_precision(record) or "float32 throughout")
     model = p.get("cpu_model") or "unknown CPU"
     if not numerics.is_known(path):
         return f"{model}, path unknown"
     threads = (f", {path['training_threads']} training thread(s)" if "training_threads" in path else "")
     return (f"{model} (family {path['cpu_family']} model {path['cpu_model_number']}), "
             f"{path['torch_cpu_capability']}{threads}")
+
+
+# ---------------------------------------------------------------------- pooling across numeric paths
+def on_gpu(record: dict) -> bool:
+    """Whether ``record``'s run trained on a GPU (its provenance's device or numeric path says so)."""
+    p = record.get("provenance") or {}
+    path = p.get("numeric_path")
+    return str(p.get("device", "cpu")).startswith("cuda") or (isinstance(path, dict) and path.get("device") == "cuda")
+
+
+def reduced_precision(record: dict) -> str | None:
+    """Why ``record``'s run did not compute in float32 throughout, in words, or None where it did.
+
+    Reduced: bfloat16 autocast (``precision: bfloat16``), on any device; on a GPU, TF32 allowed in
+    matrix products or in cuDNN's convolutions (PyTorch allows the latter by default), or a GPU
+    path that does not say (a record without the settings is never taken for float32)."""
+    if (record.get("config") or {}).get("precision") not in (None, "float32"):
+        return f"{record['config']['precision']} autocast"
+    if not on_gpu(record):
+        return None
+    path = (record.get("provenance") or {}).get("numeric_path")
+    if not numerics.is_known(path) or not all(isinstance(path.get(k), bool) for k in ("tf32_matmul", "tf32_cudnn")):
+        return "TF32 settings not recorded"
+    tf32 = [what for key, what in (("tf32_matmul", "matrix products"), ("tf32_cudnn", "cuDNN convolutions"))
+            if path[key]]
+    return f"TF32 in {' and '.join(tf32)}" if tf32 else None
+
+
+def pools(record: dict) -> bool:
+    """Whether ``record`` may enter a row's mean beside runs of other numeric paths: its run computed
+    in float32 throughout (:func:`reduced_precision`), so it differs from a run of another path only
+    in the order of its sums and in its kernels. A replication record never enters a row's mean."""
+    return reduced_precision(record) is None
+
+
+#: Fields of a setting's config that its runs may differ in: the seed, and ``precision``, which the
+#: pooling rule judges itself (:func:`reduced_precision`). So may the config fields a fingerprint
+#: leaves out (the device, the workers, names, files), but for ``data_root``: a PFLlib folder is data.
+_NOT_THE_SETTING = ("seed", "precision")
+
+
+def same_setting(a: dict, b: dict) -> bool:
+    """Whether two records are runs of one setting: the same notebook, changes to its paper preset
+    and config, but for the seed, the precision and where the work ran (:data:`_NOT_THE_SETTING`)."""
+    return _setting(a) == _setting(b)
+
+
+def _setting(record: dict) -> tuple:
+    from .config import FIELDS
+
+    config = {k: v for k, v in record["config"].items() if k not in _NOT_THE_SETTING
+              and (k not in FIELDS or FIELDS[k].fingerprint or k == "data_root")}
+    return (record.get("notebook"), json.dumps(record.get("preset_changes") or {}, sort_keys=True),
+            json.dumps(config, sort_keys=True, default=str))
+
+
+def counting_order(record: dict) -> tuple:
+    """Which of one (row, seed)'s pooled records counts: the CPU one before a GPU one, then the
+    earliest finished (a record without its finishing time last)."""
+    finished = (record.get("provenance") or {}).get("finished")
+    return (on_gpu(record), not isinstance(finished, str), finished if isinstance(finished, str) else "")
+
+
+def pool(runs: list[dict]) -> tuple[dict | None, list[dict]]:
+    """One (row, seed)'s records (one run of a setting on one or more numeric paths): the record
+    that counts in the row's mean (None where none may: every one used reduced precision), and
+    the others, each ``{"record", "why"}``: another path of the counted seed, or reduced precision."""
+    pooled = sorted((r for r in runs if pools(r)), key=counting_order)
+    counted = pooled[0] if pooled else None
+    others = [{"record": r, "why": "another numeric path of a seed that counts"} for r in pooled[1:]]
+    others += [{"record": r, "why": f"{reduced_precision(r)}: never pooled"} for r in runs if not pools(r)]
+    return counted, others
 
 
 def all_records(root: str | Path | None = None) -> list[tuple[Path, dict]]:
@@ -1110,21 +1185,48 @@ def compare(result: Any, record: dict | str | Path, setting: list[dict] | None =
     if result.config.fingerprint() != record["fingerprint"]:
         raise RecordError(f"the run's config (fingerprint {result.config.fingerprint()}) is not the record's "
                           f"({record['fingerprint']}); compare a run with the record of its own config.")
+    if setting is None:
+        setting = [r for _, r in setting_records(record, path)]
+    return _comparison(result.summary, result.history, result.clients,
+                       (result.summary.get("provenance") or {}).get("numeric_path"), record, setting)
+
+
+def compare_records(ours: dict, record: dict, setting: list[dict]) -> dict:
+    """:func:`compare` for two records of one (row, seed) made on different numeric paths (a GPU
+    record beside the CPU one that counts; :func:`pool`): ``ours`` set beside ``record``, judged
+    against ``setting``, the row's counted seeds."""
+    clients = {k: floats(v) for k, v in ours["clients"].items() if k in ("final", "best", "history")}
+    return _comparison(ours["summary"], ours["history"], clients, ours["provenance"].get("numeric_path"), record,
+                       setting)
+
+
+def compare_to_setting(ours: dict, setting: list[dict]) -> dict:
+    """A record whose seed has no counted record (:func:`pool`) set beside its setting's counted
+    seeds: shaped as :func:`compare`'s answer (``record``: the setting's mean), so that
+    :func:`verdict` judges it by the prediction interval of those seeds."""
+    spread = seed_spread(setting)
+    rows = {key: {"ours": ours["summary"][key], "record": spread[key]["mean"],
+                  "diff": float(ours["summary"][key]) - spread[key]["mean"]}
+            for key in ("acc_mean", "best_acc_mean")
+            if ours["summary"].get(key) is not None and spread[key]["mean"] is not None}
+    return {"identical": False, "metrics": rows, "same_path": False, "spread": spread, "against": "setting",
+            "ours_path": ours["provenance"].get("numeric_path"), "record_path": None}
+
+
+def _comparison(summary: dict, history: list, clients: Mapping[str, Any], ours_path: Any, record: dict,
+                setting: list[dict]) -> dict:
     rows = {}
     for key in COMPARED:
-        ours, theirs = result.summary.get(key), record["summary"].get(key)
+        ours, theirs = summary.get(key), record["summary"].get(key)
         if ours is None or theirs is None:
             continue
         rows[key] = {"ours": ours, "record": theirs, "diff": float(ours) - float(theirs)}
-    same_history = _json_equal(_exact(_numbers_only(result.history)), _numbers_only(record["history"]))
-    same_clients = all(np.array_equal(np.asarray(result.clients[k], dtype=float), floats(record["clients"][k]),
+    same_history = _json_equal(_exact(_numbers_only(history)), _numbers_only(record["history"]))
+    same_clients = all(np.array_equal(np.asarray(clients[k], dtype=float), floats(record["clients"][k]),
                                       equal_nan=True)
-                       for k in ("final", "best", "history") if k in record["clients"] and k in result.clients)
-    ours_path = (result.summary.get("provenance") or {}).get("numeric_path")
+                       for k in ("final", "best", "history") if k in record["clients"] and k in clients)
     theirs_path = record["provenance"].get("numeric_path")
-    client_diff = np.abs(np.asarray(result.clients["final"], dtype=float) - floats(record["clients"]["final"]))
-    if setting is None:
-        setting = [r for _, r in setting_records(record, path)]
+    client_diff = np.abs(np.asarray(clients["final"], dtype=float) - floats(record["clients"]["final"]))
     return {"identical": bool(same_history and same_clients), "metrics": rows,
             "same_path": numerics.same_path(ours_path, theirs_path), "ours_path": ours_path,
             "record_path": theirs_path,
@@ -1134,16 +1236,21 @@ def compare(result: Any, record: dict | str | Path, setting: list[dict] | None =
 
 
 def setting_records(record: dict, path: Path | None = None, root: str | Path | None = None) -> list[tuple[Path, dict]]:
-    """The records of ``record``'s setting: the same notebook, preset changes and config but
-    for the seed (the row's seeds, ``record`` itself included)."""
-    def setting(r: dict) -> tuple:
-        config = {k: v for k, v in r["config"].items() if k not in ("seed", "output_dir", "name")}
-        return (r.get("notebook"), json.dumps(r.get("preset_changes") or {}, sort_keys=True),
-                json.dumps(config, sort_keys=True, default=str))
+    """The records of ``record``'s setting that count in its row's mean: the same notebook, preset
+    changes and config but for the seed and where the work ran (:func:`same_setting`), one per seed
+    as the pooling rule picks it (:func:`pool`: reduced precision never counts), ``record`` itself
+    included where it counts."""
     if root is None and path is not None:
         root = next((p for p in path.resolve().parents if p.name == RECORDS_FOLDER), None)
-    want = setting(record)
-    return [(p, r) for p, r in all_records(root) if setting(r) == want]
+    by_seed: dict[int, list[tuple[Path, dict]]] = {}
+    for p, r in all_records(root):
+        if same_setting(r, record):
+            by_seed.setdefault(r["seed"], []).append((p, r))
+    out = []
+    for found in by_seed.values():
+        counted, _ = pool([r for _, r in found])
+        out += [(p, r) for p, r in found if r is counted]
+    return out
 
 
 def seed_spread(setting: list[dict]) -> dict:

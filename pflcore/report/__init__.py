@@ -143,9 +143,12 @@ class Cell:
 
     column: str
     method: str
-    runs: list[dict] = field(default_factory=list)  # records, one per seed
+    runs: list[dict] = field(default_factory=list)  # records, one per seed: those that count
     paper: float | None = None
     paper_std: float | None = None
+    #: records of its seeds that do not count (:func:`pflcore.records.pool`), each ``{"record", "why"}``:
+    #: another numeric path of a seed that counts, or a run in reduced precision (TF32, bfloat16)
+    others: list[dict] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -203,8 +206,11 @@ def variant_cells(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> dict[t
 
 def _gather(spec: TableSpec, found: Iterable[tuple[Path, dict]], cell_of: Callable[[str, str], Cell | None]) -> None:
     """Add each record the table shows to the cell ``cell_of(column, row)`` gives (None: not
-    this kind of cell), refusing two configs for one row and seed."""
-    where: dict[tuple[str, str, int], Path] = {}
+    this kind of cell). One (row, seed) with records of one setting from several numeric paths
+    (a CPU and a GPU run; float32 and TF32): one counts and the others join the cell's
+    :attr:`Cell.others`, as the pooling rule says (:func:`pflcore.records.pool`); two records of
+    one row and seed with different configs are refused."""
+    seen: dict[tuple[str, str, int], tuple[Cell, list[tuple[Path, dict]]]] = {}
     for path, record in found:
         if not spec.shows(record):
             continue
@@ -212,12 +218,19 @@ def _gather(spec: TableSpec, found: Iterable[tuple[Path, dict]], cell_of: Callab
         cell = cell_of(column, row)
         if cell is None:
             continue
-        twin = where.setdefault((column, row, record["seed"]), path)
-        if twin != path:  # two configs for one row and seed: averaging both would mix two settings
-            raise records.RecordError(f"{twin} and {path} are both {display_name(row)}'s seed {record['seed']} "
-                                      f"in {spec.paper} {spec.id}'s column {column!r} with different configs; "
-                                      "remove the one that is not the table's setting.")
-        cell.runs.append(record)
+        _, twins = seen.setdefault((column, row, record["seed"]), (cell, []))
+        for twin, twin_record in twins:
+            if twin != path and not records.same_setting(twin_record, record):
+                # two configs for one row and seed: averaging both would mix two settings
+                raise records.RecordError(f"{twin} and {path} are both {display_name(row)}'s seed {record['seed']} "
+                                          f"in {spec.paper} {spec.id}'s column {column!r} with different configs; "
+                                          "remove the one that is not the table's setting.")
+        twins.append((path, record))
+    for cell, twins in seen.values():
+        counted, others = records.pool([r for _, r in twins])
+        if counted is not None:
+            cell.runs.append(counted)
+        cell.others += others
 
 
 def other_settings(spec: TableSpec, found: Iterable[tuple[Path, dict]]) -> list[str]:
@@ -480,7 +493,7 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
             table_status[(spec.paper, spec.id)] = (
                 ("reference only", f"stand-in data: {spec.stand_in}; {drawn_words}") if spec.stand_in
                 else ("drawn from records", drawn_words))
-    built = build_info(root, judged)
+    built = build_info(root, judged, replications)
     for page in pages.values():
         (out / f"{page.paper}.html").write_text(render_paper(page, verdict, built), encoding="utf-8")
     hrefs = {}
@@ -502,17 +515,68 @@ def _build_into(out: Path, root: Path, execute: bool, log, reuse: dict | None) -
 
 VERDICT_WORDS = {
     "identical": "bit for bit the record's numbers",
+    "defect": "other numbers on the same numeric path: a defect",
     "within_spread": "within the seed spread of its row",
     "outside_spread": "outside the seed spread of its row",
     "spread_unknown": "too few seeds recorded to judge against the seed spread",
 }
 
 
+def _path_words(same_path) -> str:
+    return ("the record's path unrecorded" if same_path is None
+            else "another numeric path" if same_path is False else "the same path")
+
+
+def _difference(final: dict, std, against: str) -> str:
+    """A run's final client mean beside ``against``'s, with the difference in points and in seed stds."""
+    size = f", {abs(final['diff']) / std:.2f} of the seed std" if std and "diff" in final else ""
+    return (f"final client mean {final.get('ours', float('nan')):.2f} against {against} "
+            f"{final.get('record', float('nan')):.2f} ({final.get('diff', float('nan')):+.3f} points{size})")
+
+
+def not_counted_line(cell: Cell, other: dict) -> str:
+    """One record of a row's seed that does not count in its mean (:attr:`Cell.others`), in words:
+    where it ran, why it does not count, and its difference against the record of its seed that
+    counts (:func:`pflcore.records.compare_records`) or, where none does, against the row's mean,
+    judged by the seed spread of the row's counted seeds (:func:`pflcore.records.verdict`)."""
+    record = other["record"]
+    twin = next((r for r in cell.runs if r["seed"] == record["seed"]), None)
+    if twin is not None:
+        comparison = records.compare_records(record, twin, cell.runs)
+        against = "the counted record's"
+    else:
+        comparison = records.compare_to_setting(record, cell.runs)
+        n = comparison["spread"]["n"]
+        against = f"the row's mean over its {n} counted seed{'s' if n != 1 else ''}"
+    kind = records.verdict(comparison)
+    std = (comparison["spread"].get("acc_mean") or {}).get("std")
+    reduced = records.reduced_precision(record)
+    never = f"{reduced}: never pooled" if reduced else ""
+    seed = record["seed"]
+    if twin is not None:
+        head = (f"seed {seed} on {records.host_of(record)} ({_path_words(comparison['same_path'])}"
+                f"{', ' + never if never else ''}; not in the mean: seed {seed}'s record on {records.host_of(twin)} "
+                "counts)")
+    else:
+        head = (f"seed {seed} on {records.host_of(record)} ({never}; not in the mean, and no record of seed {seed} "
+                "counts)")
+    if not comparison["metrics"]:
+        return f"{head}: no counted seed to set it beside"
+    final = comparison["metrics"].get("acc_mean", {})
+    line = f"{head}: {VERDICT_WORDS.get(kind, kind)}; {_difference(final, std, against)}"
+    if twin is not None:
+        line += (f", largest per-client difference {comparison['largest_client_diff']:.2f} points "
+                 f"({comparison['clients_differing']} of {comparison['clients']} clients differ)")
+    return line
+
+
 def hosts_and_replications(spec: TableSpec, cells: dict, replications: list[tuple[Path, dict]]) -> list[dict]:
     """Per recorded row of a table: the machines and numeric paths its seeds ran on
-    (:func:`pflcore.records.host_of`), and the replications of its records (a recorded run
-    retrained on another numeric path, :mod:`pflcore.replicate`) with their verdict. A
-    replication never enters the row's mean."""
+    (:func:`pflcore.records.host_of`), the replications of its records (a recorded run
+    retrained on another numeric path, :mod:`pflcore.replicate`) with their verdict, and the
+    records of its seeds that do not count in its mean (the pooling rule, :func:`pooling_words`:
+    another path of a counted seed, or a run in reduced precision) with their difference. None of
+    these enters the row's mean."""
     by_fingerprint = {}
     for _, rep in replications:
         by_fingerprint.setdefault(rep["replication_of"]["fingerprint"], []).append(rep)
@@ -520,7 +584,7 @@ def hosts_and_replications(spec: TableSpec, cells: dict, replications: list[tupl
     for column in spec.columns:
         for method in spec.rows:
             cell = cells[(column, method)]
-            if not cell.n:
+            if not cell.n and not cell.others:
                 continue
             hosts: dict[str, list[int]] = {}
             for run in sorted(cell.runs, key=lambda r: r["seed"]):
@@ -529,22 +593,76 @@ def hosts_and_replications(spec: TableSpec, cells: dict, replications: list[tupl
             for run in sorted(cell.runs, key=lambda r: r["seed"]):
                 for rep in by_fingerprint.get(run["fingerprint"], []):
                     of = rep["replication_of"]
-                    final = of["metrics"].get("acc_mean", {})
                     std = (of.get("spread") or {}).get("acc_mean", {}).get("std")
-                    size = (f", {abs(final['diff']) / std:.2f} of the seed std" if std and "diff" in final else "")
-                    path_words = ("the record's path unrecorded" if of.get("same_path") is None
-                                  else "another numeric path" if of["same_path"] is False else "the same path")
                     retrained.append(
-                        f"seed {run['seed']} retrained on {records.host_of(rep)} ({path_words}): "
-                        f"{VERDICT_WORDS.get(of['verdict'], of['verdict'])}; final client mean "
-                        f"{final.get('ours', float('nan')):.2f} against the record's {final.get('record', float('nan')):.2f}"
-                        f" ({final.get('diff', float('nan')):+.3f} points{size}), largest per-client difference "
-                        f"{of['largest_client_diff']:.2f} points ({of['clients_differing']} of {of['clients']} clients "
-                        "differ)")
+                        f"seed {run['seed']} retrained on {records.host_of(rep)} ({_path_words(of.get('same_path'))}"
+                        + (f", {records.reduced_precision(rep)}" if not records.pools(rep) else "") + "): "
+                        f"{VERDICT_WORDS.get(of['verdict'], of['verdict'])}; "
+                        + _difference(of["metrics"].get("acc_mean", {}), std, "the record's")
+                        + f", largest per-client difference {of['largest_client_diff']:.2f} points "
+                        f"({of['clients_differing']} of {of['clients']} clients differ)")
+            not_counted = [not_counted_line(cell, other)
+                           for other in sorted(cell.others, key=lambda o: (o["record"]["seed"],
+                                                                           records.counting_order(o["record"])))]
             rows.append({"row": f"{spec.row_name(method)}, {spec.column_title(column)}",
-                         "hosts": "; ".join(f"{_seed_words(seeds)}: {host}" for host, seeds in hosts.items()),
-                         "mixed": len(hosts) > 1, "replications": retrained})
+                         "hosts": "; ".join(f"{_seed_words(seeds)}: {host}" for host, seeds in hosts.items())
+                         or "no seed counts yet",
+                         "mixed": len(hosts) > 1, "replications": retrained, "not_counted": not_counted})
     return rows
+
+
+def replication_sizes(replications: list[tuple[Path, dict]]) -> dict:
+    """How far the kept replications (a record retrained on another numeric path) in float32 moved
+    their runs, in stds over their setting's seeds: the largest of the final and of the best client
+    mean, and how many lie within their setting's prediction interval (the reason of
+    :func:`pooling_words`; a replication on the record's own path or in reduced precision is no
+    evidence for pooling float32 runs and is left out)."""
+    final, best, judged, within, n = [], [], 0, 0, 0
+    for _, rep in replications:
+        of = rep["replication_of"]
+        if of.get("same_path") is True or not records.pools(rep):
+            continue
+        n += 1
+        for key, sizes in (("acc_mean", final), ("best_acc_mean", best)):
+            std = ((of.get("spread") or {}).get(key) or {}).get("std")
+            diff = (of.get("metrics", {}).get(key) or {}).get("diff")
+            if std and diff is not None:
+                sizes.append(abs(diff) / std)
+        if of.get("verdict") in ("identical", "within_spread", "outside_spread"):
+            judged += 1
+            within += of["verdict"] in ("identical", "within_spread")
+    return {"n": n, "final": max(final, default=None), "best": max(best, default=None), "judged": judged,
+            "within": within}
+
+
+def pooling_words(replications: list[tuple[Path, dict]]) -> str:
+    """The pooling rule in words, with its reason from the kept replications (on every page that
+    states the reproduction rule): which runs of different numeric paths enter a row's mean."""
+    sizes = replication_sizes(replications)
+    if sizes["final"] is None:
+        evidence = ("No replication is kept yet to measure how far a change of numeric path moves a run; until "
+                    "one is, the rule rests on the arithmetic alone")
+    else:
+        evidence = (f"In the {sizes['n']} replication(s) kept in float32 (a record retrained on another numeric "
+                    f"path, shown under their tables), a change of path moved the final client mean by at most "
+                    f"{sizes['final']:.2f}"
+                    + (f" and the best round's by at most {sizes['best']:.2f}" if sizes["best"] is not None else "")
+                    + f" of the std over its setting's seeds, and {sizes['within']} of the {sizes['judged']} judged "
+                    f"lie within the {int(round(100 * records.PREDICTION))}% prediction interval of those seeds, "
+                    "where a further seed would land")
+    return ("Runs of one setting made on different numeric paths are pooled into a row's mean when they compute in "
+            "float32 throughout, so that they differ only in the order of their sums and in their kernels: CPU runs "
+            "of any vendor, instruction set, thread count or executor, and GPU runs with TF32 off for matrix "
+            "products and for cuDNN and no autocast (no bfloat16). Such a difference sends a run along its own "
+            "trajectory from the first round on; the rule takes where it ends for one more draw of the seed noise, "
+            f"which the replications measure. {evidence}. "
+            "A run with TF32 on (PyTorch allows it for cuDNN by default) or in any reduced precision computes with "
+            "fewer bits of mantissa, a change of the arithmetic that no replication measures, so it is never "
+            "pooled: it is shown under its table (“Where each row's seeds ran”) with its difference against "
+            "its seed's counted record, or the row's mean, and the row's seed spread. Where one (row, seed) has "
+            "records from more than one path, one counts: the CPU one, else the one finished first; the others are "
+            "shown there too, with their difference against the seed spread. A replication never enters a row's "
+            "mean.")
 
 
 def _seed_words(seeds: list[int]) -> str:
@@ -622,10 +740,12 @@ def _table_status(spec: TableSpec, cells: dict[tuple[str, str], Cell]) -> tuple[
     return status, shown
 
 
-def build_info(root: Path, judged: list[tuple[TableSpec, dict]]) -> dict:
+def build_info(root: Path, judged: list[tuple[TableSpec, dict]],
+               replications: list[tuple[Path, dict]] = ()) -> dict:
     """What every page says about its build: the git commit of the code and records it was
-    built from (and whether the tree had uncommitted changes), the date (UTC), and the
-    reproduction rule in words with its constants' reason from the records."""
+    built from (and whether the tree had uncommitted changes), the date (UTC), the
+    reproduction rule in words with its constants' reason from the records, and the pooling
+    rule (:func:`pooling_words`) with its reason from the kept ``replications``."""
     from datetime import datetime, timezone
 
     state = records.git_state(root)
@@ -638,7 +758,7 @@ def build_info(root: Path, judged: list[tuple[TableSpec, dict]]) -> dict:
                 example = (name, cell.mean(spec.metric), cell.paper, judge(cell.values(spec.metric), cell.paper))
     return {"commit": state.get("git_commit") or "unknown", "dirty": bool(state.get("git_dirty")),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "rule": rule_words(example).format(**seed_spread(judged))}
+            "rule": rule_words(example).format(**seed_spread(judged)), "pooling": pooling_words(list(replications))}
 
 
 def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root: Path, out: Path,
@@ -656,7 +776,9 @@ def execute_notebooks(spec: TableSpec, cells: dict[tuple[str, str], Cell], root:
         seed = min(min(cells[(column, m)].seeds()) for m in recorded)
         methods = [m for m in recorded if seed in cells[(column, m)].seeds()]
         used = [record_ref(r) for m in methods for r in cells[(column, m)].runs if r["seed"] == seed]
-        ran = _execute_from_records(spec.notebook, spec.narrow(column, methods, seed), f"{spec.notebook}/{_slug(column)}",
+        narrowed = spec.narrow(column, methods, seed)  # and the column's own changes to the preset (its setting)
+        narrowed.update({k: v for k, v in spec.changes_of(column).items() if k not in narrowed})
+        ran = _execute_from_records(spec.notebook, narrowed, f"{spec.notebook}/{_slug(column)}",
                                     used, root, out, log, drawn, reuse, failed)
         if ran is not None:
             pages.append((ran[0], f"{spec.notebook} at the paper preset, {spec.column_title(column)}, seed {seed}, "

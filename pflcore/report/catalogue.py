@@ -3,10 +3,12 @@ and the tables reproduced from records, each with its paper numbers, its evaluat
 protocol in words, the notebook that runs it and the paper's claim to check."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from .. import records
 from ..papers import DATASET_NAMES, display_name, join_label, split_label
 from ..papers.fedcp import FEDCP_T2_METHODS, FEDCP_TABLE2, fedcp_method_params
 from ..papers.fedfa import FEDFA_SEEDS, FEDFA_SETTING_NAMES, FEDFA_TABLE2, FEDFA_TABLE2_STD, fedfa_method_params
@@ -148,6 +150,10 @@ def column_status(spec: "TableSpec", column: PaperColumn) -> tuple[str, str]:
     if column.key in spec.columns:
         if column.stand_in:
             return "reference", f"{REFERENCE} (stand-in data: {column.stand_in} for the paper's {name})"
+        own = spec.changes_of(column.key)
+        if own != spec.preset_changes:  # a column whose runs change the paper preset in their own way
+            changed = records.preset_changes_in_words({"preset_changes": own})
+            return "ours", f"its runs change the paper preset: {changed}"
         return "ours", ""
     if column.how:
         return NOT_RUN, f"{NOT_RUN} ({column.how})"
@@ -188,6 +194,10 @@ class TableSpec:
     #: the parameters changed from the notebook's paper preset in the runs the table shows (FedCP:
     #: fewer rounds than the paper's); a record made with other changes is another setting, left out
     preset_changes: dict = field(default_factory=dict, hash=False)
+    #: column -> the parameters changed from the paper preset by the runs of a column that changes it
+    #: in its own way (FedPAC Table 1's 100 clients: ``{"num_clients": 100}``); the other columns'
+    #: runs change :attr:`preset_changes`. A record lands in its column only with exactly its changes
+    column_changes: dict = field(default_factory=dict, hash=False)
     claim: Callable[[dict], dict] | None = None
     claim_words: str = ""
     comparable: bool = True  # False: the paper's number is for another dataset (shown as a reference)
@@ -261,11 +271,16 @@ class TableSpec:
                                     if ran.get(key) != table.get(key)})
         return dict(self.row_map).get(label, label)
 
+    def changes_of(self, column: str) -> dict:
+        """The parameters the runs of ``column`` change from the notebook's paper preset."""
+        return dict(self.column_changes.get(column, self.preset_changes))
+
     def changes_otherwise(self, record: dict) -> bool:
-        """Whether ``record``'s run changed the paper preset otherwise than this table's runs do
-        (a record written before records kept their changes has none to compare: False)."""
+        """Whether ``record``'s run changed the paper preset otherwise than the runs of its column
+        (:meth:`changes_of`) do (a record written before records kept their changes has none to
+        compare: False)."""
         changes = record.get("preset_changes")
-        return changes is not None and changes != self.preset_changes
+        return changes is not None and changes != self.changes_of(self.column_of(record))
 
     def shows(self, record: dict) -> bool:
         """Whether ``record`` is a run of this table's setting: its notebook's (or one of
@@ -302,13 +317,20 @@ def config_values(spec: TableSpec, found: Iterable[tuple[object, dict]], root=No
     shown = [r for _, r in found if spec.shows(r)]
     values: dict = {}
     if shown:
-        config = min(shown, key=lambda r: (r["notebook"] != spec.notebook, r["seed"]))["config"]
-        values.update({k: v for k, v in config.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)})
-        if "participation" in config and "num_clients" in config:
-            values["clients_per_round"] = round(config["participation"] * config["num_clients"])
-        values["model_name"] = MODEL_NAMES.get(config.get("model"), config.get("model"))
-        values["lr_schedule"] = (f"decayed by {_number(config['lr_decay'])} per round"
-                                 if config.get("lr_decay", 1.0) != 1.0 else "constant")
+        first = lambda runs: min(runs, key=lambda r: (r["notebook"] != spec.notebook, r["seed"]))["config"]
+        # the columns whose runs change the preset as the table does, then each of its own (FedPAC's 100 clients):
+        # a value that differs there is given per column
+        own = {c: [r for r in shown if spec.column_of(r) == c] for c in spec.columns if c in spec.column_changes}
+        common = [r for r in shown if spec.column_of(r) not in own]
+        per_column = [(None, _config_fields(first(common)))] if common else []
+        per_column += [(c, _config_fields(first(runs))) for c, runs in own.items() if runs]
+        for key in dict.fromkeys(k for _, fields in per_column for k in fields):
+            given = [(c, fields[key]) for c, fields in per_column if key in fields]
+            if len({json.dumps(v, default=str) for _, v in given}) == 1 or per_column[0][0] is not None:
+                values[key] = given[0][1]
+            else:  # the table's own value, then each column's that differs, named
+                values[key] = _number(given[0][1]) + "".join(
+                    f" ({_number(v)} in {spec.column_title(c)})" for c, v in given[1:] if v != given[0][1])
         values["seeds_recorded"] = len({r["seed"] for r in shown})
     try:
         preset = read_yaml_file(project_root(root) / "params" / spec.notebook / "paper.yaml", "preset")
@@ -324,6 +346,17 @@ def config_values(spec: TableSpec, found: Iterable[tuple[object, dict]], root=No
 
 #: pflcore's models as the papers name them.
 MODEL_NAMES = {"fedpac_cnn": "FedPAC's CNN", "fedcp_cnn": "FedCP's 4-layer CNN", "fedfa_cnn": "FedFA's CNN"}
+
+def _config_fields(config: dict) -> dict:
+    """A run's config values a table's templates quote, with those derived from them."""
+    values = {k: v for k, v in config.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    if "participation" in config and "num_clients" in config:
+        values["clients_per_round"] = round(config["participation"] * config["num_clients"])
+    values["model_name"] = MODEL_NAMES.get(config.get("model"), config.get("model"))
+    values["lr_schedule"] = (f"decayed by {_number(config['lr_decay'])} per round"
+                             if config.get("lr_decay", 1.0) != 1.0 else "constant")
+    return values
+
 
 #: The settings notes quote, read from pflcore's paper modules and methods (never typed).
 SETTINGS: dict = {
@@ -423,18 +456,14 @@ _COMMON_NORMALISATION = "pflcore normalises every dataset with its own mean and 
 
 # FedPAC Table 1: eight columns, EMNIST, Fashion-MNIST, CIFAR-10, CINIC-10 with 20 and 100 clients
 _FEDPAC_T1_COLUMNS = tuple(
-    PaperColumn(f"{d} {n}", DATASET_NAMES[d], f"{n} clients", d,
-                how=("its own preset: num_clients = 100 in the notebook, a setting of its own in the campaign"
-                     if (d, n) == ("fmnist", 100) else ""))
+    PaperColumn(f"{d} {n}", DATASET_NAMES[d], f"{n} clients", d)
     for d in ("emnist", "fmnist", "cifar10", "cinic10") for n in (20, 100))
 
 # FedCP Table 2: three pathological and six practical columns
 _FEDCP_T2_COLUMNS = tuple(
     PaperColumn(f"{s} {d}", {"pathological": "pathological setting", "practical": "practical setting, Dir(0.1)"}[s],
                 {"tiny": "Tiny-ImageNet (4-layer CNN)", "tiny_resnet18": "Tiny-ImageNet (ResNet-18)"}.get(
-                    d, DATASET_NAMES.get(d, d)), "tinyimagenet" if d.startswith("tiny") else d,
-                how=('setting = "pathological" in the notebook, a setting of its own in the campaign'
-                     if (s, d) == ("pathological", "mnist") else ""))
+                    d, DATASET_NAMES.get(d, d)), "tinyimagenet" if d.startswith("tiny") else d)
     for s, d in (("pathological", "mnist"), ("pathological", "cifar10"), ("pathological", "cifar100"),
                  ("practical", "mnist"), ("practical", "cifar10"), ("practical", "cifar100"), ("practical", "tiny"),
                  ("practical", "tiny_resnet18"), ("practical", "agnews")))
@@ -546,12 +575,12 @@ ALL_TABLES: list[TableSpec] = []  # TABLES, then the ablation tables (set below)
 TABLES: list[TableSpec] = [
     TableSpec(
         _F, "T1", "FedPAC Table 1, main comparison (its Fashion-MNIST columns run here)", "fedpac/t1_main", "acc_mean",
-        "final round, mean over clients", ("fmnist 20",), _FEDPAC_T1_ROWS,
+        "final round, mean over clients", ("fmnist 20", "fmnist 100"), _FEDPAC_T1_ROWS,
         lambda c: FEDPAC_TABLE1[c.split()[0]][int(c.split()[1])], lambda c: {},
         lambda r: f"{r['config']['dataset']} {r['config']['num_clients']}",
         lambda c: f"{DATASET_NAMES.get(c.split()[0], c.split()[0])}, {c.split()[1]} clients",
         lambda column, methods, seed: {"methods": methods, "seed": seed}, _fedpac_protocol("{num_clients}"),
-        accepts=lambda r: r["config"]["rounds"] == 200,
+        accepts=lambda r: r["config"]["rounds"] == 200, column_changes={"fmnist 100": {"num_clients": 100}},
         claim=_claim("first", _F, "T1", method="fedpac", columns=("fmnist 20", "fmnist 100")),
         claim_words="FedPAC is first in every column (here: the Fashion-MNIST columns, which can run here).",
         curves_item="C2", row_params=lambda method: FEDPAC_METHOD_PARAMS.get(method, {}),
@@ -626,7 +655,8 @@ TABLES: list[TableSpec] = [
                     "training."),)),
     TableSpec(
         _C, "T2", "FedCP Table 2, main comparison (MNIST runs here; practical: the authors' Dir(0.1) partition)", "fedcp/t2_main",
-        "best_acc_weighted", "best evaluated round, pooled over clients", ("practical mnist",), FEDCP_T2_METHODS,
+        "best_acc_weighted", "best evaluated round, pooled over clients", ("pathological mnist", "practical mnist"),
+        FEDCP_T2_METHODS,
         _fedcp_paper, lambda c: FEDCP_TABLE2_STD.get(c, {}),
         lambda r: ("pathological mnist" if r["config"]["partition"].get("kind") == "pfllib_pathological"
                    else "practical mnist"),
@@ -637,6 +667,7 @@ TABLES: list[TableSpec] = [
         "(evaluated every {eval_every} round(s)). pflcore's one evaluation (final round, unweighted mean over clients) "
         "is shown beside it. Here {rounds} rounds; the paper ran {paper_rounds}.",
         accepts=lambda r: r["config"]["rounds"] == _FEDCP_ROUNDS, preset_changes={"rounds": _FEDCP_ROUNDS},
+        column_changes={"pathological mnist": {"setting": "pathological", "rounds": _FEDCP_ROUNDS}},
         claim=_claim("first", _C, "T2", method="fedcp", columns=("pathological mnist", "practical mnist")),
         claim_words="FedCP is ahead of every baseline (here: the MNIST columns, which can run here).",
         curve_key="acc_weighted", curve_label="pooled accuracy (%)", row_params=fedcp_method_params,

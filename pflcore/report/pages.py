@@ -54,6 +54,7 @@ here and the same experiment runs on another), <b>drawn from records</b> (a figu
 number to judge), <b>not run yet</b> (no record), <b>cannot run here</b> (the paper's datasets are not available on
 this machine).</p>
 <p class="rule"><b>The reproduction rule.</b> {{ rule }}</p>
+{% if pooling %}<p class="rule"><b>Which runs a row's mean pools.</b> {{ pooling }}</p>{% endif %}
 {% if failed %}<p class="differs"><b>{{ failed|length }} notebook(s) failed to execute in this build</b>, so their
 pages and figures are missing from this site (the errors are in <code>failed.json</code> beside this page):
 {% for f in failed %}<code>{{ f.notebook }}</code> ({{ f.error }}){% if not loop.last %}; {% endif %}{% endfor %}.</p>
@@ -77,6 +78,7 @@ _PAPER = """
 <h1>{{ title }}</h1>
 <p><b>Cite:</b> {{ citation }} <a href="https://arxiv.org/abs/{{ arxiv }}">arxiv.org/abs/{{ arxiv }}</a></p>
 <p class="rule"><b>The reproduction rule.</b> {{ rule }}</p>
+{% if pooling %}<p class="rule"><b>Which runs a row's mean pools.</b> {{ pooling }}</p>{% endif %}
 {% if contents %}<p><b>On this page:</b> {% for href, text in contents %}<a href="#{{ href }}">{{ text }}</a>{% if not loop.last %} &middot; {% endif %}{% endfor %}</p>{% endif %}
 {% if not tables and not figures %}<p>No table of this paper has run records yet; see the status page.</p>{% endif %}
 {% for t in tables %}
@@ -113,8 +115,8 @@ in the tables below); or, where we have none, why (a column's reason under its h
 {% for src, caption in t.figures %}<figure><img src="{{ src }}" alt="{{ caption }}"><figcaption>{{ caption }}</figcaption></figure>{% endfor %}
 {% if t.notebooks %}<p>Executed notebooks (from the records):</p><ul>
 {% for href, caption in t.notebooks %}<li><a href="{{ href }}">{{ caption }}</a></li>{% endfor %}</ul>{% endif %}
-{% if t.hosts %}<details class="hosts"><summary><b>Where each row's seeds ran</b> ({{ t.hosts | selectattr("mixed") | list | length }} row(s) mix hosts; {{ t.hosts | map(attribute="replications") | map("length") | sum }} replication(s): a recorded run retrained on another machine). Bit-identity holds on the same numeric path only; a replication never enters a row's mean.</summary><ul>
-{% for h in t.hosts %}<li><b>{{ h.row }}</b>: {{ h.hosts }}{% for rep in h.replications %}<br>&rarr; {{ rep }}{% endfor %}</li>{% endfor %}</ul></details>{% endif %}
+{% if t.hosts %}<details class="hosts"><summary><b>Where each row's seeds ran</b> ({{ t.hosts | selectattr("mixed") | list | length }} row(s) mix hosts; {{ t.hosts | map(attribute="replications") | map("length") | sum }} replication(s): a recorded run retrained on another machine{% if t.not_counted %}; {{ t.not_counted }} record(s) of a row's seed that do not count in its mean, as the pooling rule says{% endif %}). Bit-identity holds on the same numeric path only; a replication never enters a row's mean.</summary><ul>
+{% for h in t.hosts %}<li><b>{{ h.row }}</b>: {{ h.hosts }}{% for rep in h.replications %}<br>&rarr; {{ rep }}{% endfor %}{% for line in h.get("not_counted", []) %}<br>&rarr; {{ line }}{% endfor %}</li>{% endfor %}</ul></details>{% endif %}
 <p>Records behind this table: {% for rec in t.records %}<code>{{ rec }}</code>{% if not loop.last %}, {% endif %}{% endfor %}{% if not t.records %}none yet{% endif %}.</p>
 {% if t.others %}<p>Not in this table: {{ t.others|length }} record(s) of its notebook whose runs changed the paper
 preset's parameters{% if t.preset_changes %} otherwise than the table's{% endif %}, so another setting:
@@ -145,7 +147,7 @@ def _papers() -> list[tuple[str, str]]:
 
 
 def _built(built: dict | None) -> dict:
-    return built or {"commit": "unknown", "dirty": False, "date": "unknown", "rule": ""}
+    return {"commit": "unknown", "dirty": False, "date": "unknown", "rule": "", "pooling": "", **(built or {})}
 
 
 def _wrap(title: str, body: str, built: dict | None = None) -> str:
@@ -287,14 +289,14 @@ def render_paper(page: Page, verdict: Callable, built: dict | None = None) -> st
                           else "does-not-hold"),
             "paper_std_kind": spec.paper_std_kind, **_matrix(spec, cells),
             "records": sorted(set(used)), "notes": notes, "others": others, "preset_changes": spec.preset_changes,
-            "hosts": hosts})
+            "hosts": hosts, "not_counted": sum(len(h.get("not_counted", ())) for h in hosts)})
     figures = [{**f, "anchor": f"{page.paper}-figure-{f['id']}", "stand_in": f.get("stand_in", ""),
                 "notebook_title": f["notebook"].removesuffix(".html").replace("-", "/", 1)} for f in page.figures]
     contents = ([(t["anchor"], t["title"].split(",")[0]) for t in tables]
                 + [(f["anchor"], f"Figure {f['id']}") for f in figures])
     body = _ENV.from_string(_PAPER).render(title=page.title, tables=tables, figures=figures, contents=contents,
                                            citation=CITATIONS.get(page.paper, ""), arxiv=ARXIV.get(page.paper, ""),
-                                           rule=Markup(_built(built)["rule"]))
+                                           rule=Markup(_built(built)["rule"]), pooling=_built(built)["pooling"])
     return _wrap(display_name(page.paper), body, built)
 
 
@@ -338,7 +340,8 @@ def render_index(catalogue: list, table_status: dict, found: list, seconds: floa
     body = _ENV.from_string(_INDEX).render(n_records=len(found), size_kb=f"{size / 1024:,.0f}", rows=rows,
                                            seconds=f"{seconds:.0f}", counts=counts, failed=list(failed),
                                            cell_counts=cells, total_cells=sum(totals.values()),
-                                           n_tables=len(cell_counts or {}), rule=Markup(_built(built)["rule"]))
+                                           n_tables=len(cell_counts or {}), rule=Markup(_built(built)["rule"]),
+                                           pooling=_built(built)["pooling"])
     return _wrap("pflcore reproduction report", body, built)
 
 
