@@ -122,6 +122,18 @@ def numeric_path(device: str = "cpu", workers: Any = 0, executor: Any = None,
     return path
 
 
+def float32_on_gpu(device: str) -> None:
+    """On a GPU, compute in float32 as on the CPU: TF32 off for matrix products and for cuDNN's
+    convolutions (PyTorch allows TF32 in cuDNN by default). A run then differs from a CPU run only
+    in the order of its sums and in its kernels, so its record pools with CPU records of its row
+    (the report's rule); on the CPU nothing changes."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def unknown_path() -> dict:
     """The path of a record written before pflcore kept it: every field unknown, never guessed."""
     return {"unknown": True, **{name: UNKNOWN for name in KEY_FIELDS}}

@@ -7,7 +7,7 @@ machine and keeps the outcome in its record.
 
 Tolerances, and why: a GPU run shuffles with the same CPU generators as a CPU run, so both
 see the same batches in the same order; they differ only in float rounding (other kernels,
-other summation orders; cuDNN convolutions may use TF32). On the digits MLP the final
+other summation orders; pflcore turns TF32 off on a GPU, so both compute in float32). On the digits MLP the final
 models of two rounds agree to 1e-4 (absolute, per weight) and the accuracies to two test
 samples per client. On one device the same seed gives the same numbers to 1e-6 (bit for bit
 where the kernels are deterministic; the device check records whether they were).
@@ -145,3 +145,12 @@ def test_vectorised_on_cuda_is_close_to_sequential(method):
         vec.run_round(r)
     assert vec.executor.stacked_steps > 0
     assert _relative_gap(seq, vec) <= 1e-3
+
+
+def test_a_gpu_run_computes_in_float32_and_its_record_says_so(make_config):
+    """TF32 off for matrix products and cuDNN (pflcore.numerics.float32_on_gpu), so a GPU record
+    pools with CPU records of its row under the report's rule; the record's path says so."""
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default: the run must turn it off itself
+    result = run(make_config(method="fedavg", device="cuda", rounds=1))
+    path = result.summary["provenance"]["numeric_path"]
+    assert path["device"] == "cuda" and path["tf32_matmul"] is False and path["tf32_cudnn"] is False

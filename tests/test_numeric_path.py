@@ -158,3 +158,19 @@ def test_a_record_names_its_host_and_an_older_one_says_its_path_is_unknown(proje
     raw["schema_version"] = 2
     del raw["provenance"]["numeric_path"]
     assert records.host_of(records.upgrade(raw)).endswith("path unknown")
+
+
+def test_a_gpu_run_turns_tf32_off_and_a_cpu_run_changes_nothing():
+    """On a GPU pflcore computes in float32 as on the CPU (TF32 off for matrix products and
+    cuDNN), so its records pool under the report's rule; the switches can be read without a GPU."""
+    import torch
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = True, True
+        numerics.float32_on_gpu("cpu")
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+        numerics.float32_on_gpu("cuda:0")
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

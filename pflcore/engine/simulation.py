@@ -20,7 +20,7 @@ import torch
 
 from ..algorithms import ALGORITHMS, make_algorithm
 from ..algorithms.base import ADAPT, COLLECT, EVALUATE, TRAIN, Algorithm, Client, FederationInfo, ServerContext
-from .. import records
+from .. import numerics, records
 from ..config import ExperimentConfig, as_config
 from ..data.federated import FederatedData
 from ..data.partition import make_partition, subsample
@@ -78,6 +78,7 @@ class Simulation:
     def __init__(self, config: ExperimentConfig, data: FederatedData, algorithm: Algorithm | None = None):
         self.config = config
         self.data = data
+        numerics.float32_on_gpu(config.device)
         self.algorithm = algorithm or make_algorithm(config.method, **config.method_params)
         self.settings = train_settings(config)
         self.model = initial_model(config, data)
