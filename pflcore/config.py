@@ -350,6 +350,19 @@ def reference_page() -> str:
              "## The run config\n",
              "The fields of `ExperimentConfig` (a YAML file's top-level keys, `pflcore run --set field=value`).\n",
              markdown_table(FIELDS),
+             f"### Where a run trains: `{DEVICE_ENV}` and `{WORKERS_ENV}`\n",
+             f"Set in the environment, they move every run of the process (and of the notebook kernels it "
+             f"starts) to a device and an executor, whatever its config says: a notebook takes no device "
+             f"parameter. `{DEVICE_ENV}` takes what `device` takes. `{WORKERS_ENV}` takes what `workers` "
+             f"takes; `vectorised` moves a run to the vectorised executor where it stacks the method's "
+             f"training and any other run to `0` (a method it runs client by client, such as FedCP, gets "
+             f"exactly the sequential numbers there and no speed-up; a method it does not cover would be "
+             f"refused), so that one setting serves a notebook of many methods. Unset or empty: the config's "
+             f"own fields. A value this machine cannot use is refused in one sentence naming the variable, "
+             f"as is a GPU with worker processes (`{DEVICE_ENV}=cuda` with `workers: 2` asks for "
+             f"`{WORKERS_ENV}` too). Neither field enters the fingerprint: a run keeps its results folder, "
+             f"record name and shipped record; its record's `config` and `provenance.numeric_path` (device, "
+             f"executor) say where it ran. `python -m pflcore.campaign device` sets both for its runs.\n",
              "## Partition kinds\n",
              "`partition: {kind: ..., <parameters>}`. Any kind also takes `subsample`:\n",
              markdown_table({"subsample": SUBSAMPLE})]
@@ -390,18 +403,77 @@ def read_config_file(path: str | Path) -> dict:
 
 
 def as_config(config: Any) -> ExperimentConfig:
-    """A validated config from an :class:`ExperimentConfig` or a mapping of its fields; any
-    other value (a list, None, a file path) is one sentence saying what to pass instead."""
+    """The config a run takes (:func:`pflcore.engine.run`): a validated config from an
+    :class:`ExperimentConfig` or a mapping of its fields, moved to where this process's runs
+    train where ``PFLCORE_DEVICE`` or ``PFLCORE_WORKERS`` say (:func:`placed`); any other value
+    (a list, None, a file path) is one sentence saying what to pass instead."""
     if isinstance(config, ExperimentConfig):
         config.validate()
-        return config
+        return placed(config)
     if isinstance(config, Mapping):
-        return ExperimentConfig.from_dict(config)
+        return placed(ExperimentConfig.from_dict(config))
     if isinstance(config, (str, Path)):
         raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields, not the text "
                           f"{shorten(str(config))}; for a YAML file pass ExperimentConfig.from_yaml(path).")
     raise ConfigError(f"a run takes an ExperimentConfig or a mapping of its fields (field: value), not "
                       f"{'None' if config is None else 'a value of type ' + type(config).__name__}.")
+
+
+#: Where this process's runs train, whatever their configs say: a notebook takes no device parameter,
+#: so a GPU session sets these for its kernels (``python -m pflcore.campaign device`` does).
+DEVICE_ENV, WORKERS_ENV = "PFLCORE_DEVICE", "PFLCORE_WORKERS"
+
+
+def placement_from_environment() -> dict:
+    """The fields ``PFLCORE_DEVICE`` and ``PFLCORE_WORKERS`` set (unset or empty: none), each
+    checked; a bad value is one sentence naming the variable (:class:`ConfigError`)."""
+    out: dict = {}
+    device = os.environ.get(DEVICE_ENV, "").strip()
+    if device:
+        problem = device_problem(device)
+        if problem:
+            raise ConfigError(f"{DEVICE_ENV}={shorten(device)} cannot be used: {problem.rstrip('.')} (or unset it).")
+        out["device"] = device
+    workers = os.environ.get(WORKERS_ENV, "").strip()
+    if workers:
+        if workers in ("auto", "vectorised"):
+            out["workers"] = workers
+        elif workers.isdigit() and int(workers) <= MAX_WORKERS:
+            out["workers"] = int(workers)
+        else:
+            raise ConfigError(f"{WORKERS_ENV}={shorten(workers)} cannot be used: it takes what the field workers "
+                              f"takes, 'auto', 'vectorised' or a whole number from 0 to {MAX_WORKERS} (or unset it).")
+    return out
+
+
+def placed(config: ExperimentConfig) -> ExperimentConfig:
+    """``config`` moved to ``PFLCORE_DEVICE`` and ``PFLCORE_WORKERS`` where they are set, else as it is.
+
+    ``PFLCORE_WORKERS=vectorised`` moves a run to the vectorised executor where it stacks the
+    method's training (:data:`pflcore.engine.vectorised.COVERED` less ``CLIENT_BY_CLIENT``), and
+    any other run to ``workers: 0``: a method the executor runs client by client gets exactly the
+    sequential numbers there and no speed-up, so its record names the executor that really ran it
+    (and a method it does not cover would be refused), one setting serving a notebook of many
+    methods. Neither field enters the fingerprint (:meth:`ExperimentConfig.fingerprint`): the run
+    keeps its results folder, record name and shipped record; its record's config and provenance
+    (``numeric_path``: device, executor) say where it ran, as for any device or workers."""
+    changes = placement_from_environment()
+    if not changes:
+        return config
+    if changes.get("workers") == "vectorised":
+        from .engine.vectorised import CLIENT_BY_CLIENT, COVERED
+
+        if config.method not in COVERED or config.method in CLIENT_BY_CLIENT:
+            changes["workers"] = 0
+    if all(getattr(config, k) == v for k, v in changes.items()):
+        return config
+    try:
+        return config.replace(**changes)
+    except ConfigError as err:
+        said = " and ".join(f"{DEVICE_ENV if k == 'device' else WORKERS_ENV}={v}" for k, v in changes.items())
+        raise ConfigError(f"{said} cannot place this {config.method} run: {str(err).rstrip('.')}"
+                          + ("; set PFLCORE_WORKERS too (0, 'auto' or 'vectorised')." if "workers" not in changes
+                             else ".")) from None
 
 
 def memory_estimate(config: ExperimentConfig, shape: Any) -> int:
