@@ -17,12 +17,14 @@ every part, so a run cut short still leaves what it measured):
    worker process per core; the record says how many cores: not this project's 2-core
    machine's numbers);
 5. CPU against GPU on the same round (two clients, fixed batches): the largest weight
-   difference with cuDNN's default TF32 convolutions and with TF32 off, and whether the
-   same seed gives bit-identical weights twice on the GPU;
+   difference with TF32 allowed in cuDNN's convolutions (PyTorch's default) and with TF32
+   off (what pflcore's runs compute in, :func:`pflcore.numerics.float32_on_gpu`, so the
+   other parts time float32), and whether the same seed gives bit-identical weights twice
+   on the GPU;
 6. every method of FedPAC's Table 1 (Fashion-MNIST column, 15 methods) for one timed
-   round each, while the budget lasts, and the column's estimate: 200 rounds per method
-   plus one evaluation every 10 rounds, from the measured round times (a method not timed
-   takes FedAvg's).
+   round each (vectorised too where that executor stacks the method), while the budget
+   lasts, and the column's estimate: 200 rounds per method plus one evaluation every 10
+   rounds, from the measured round times (a method not timed takes FedAvg's).
 
 7. the device campaign (``python -m pflcore.campaign device``, :mod:`pflcore.device_campaign`)
    for the rest of the budget: the plan's remaining entries (``--table``, ``--first`` narrow
@@ -73,7 +75,8 @@ class Check:
     def __init__(self, path: Path, budget: float):
         self.path, self.budget, self.start = path, budget, time.perf_counter()
         self.reserve = 0.0  # seconds kept for the device campaign at the end
-        self.record: dict = {"kind": "device-check", "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        self.record: dict = {"kind": "device-check",
+                             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                              "budget_s": budget, "parts": {}}
 
     def left(self) -> float:
@@ -128,7 +131,8 @@ def time_rounds(sim: Simulation, timed: int, warm: int = 1) -> dict:
     acc = sim.evaluate(warm + timed - 1)
     sync()
     return {"round_s": [round(t, 4) for t in times], "median_round_s": round(statistics.median(times), 4),
-            "eval_s": round(time.perf_counter() - t0, 4), "acc_mean_after": round(float(acc[~(acc != acc)].mean()), 2)}  # percent
+            "eval_s": round(time.perf_counter() - t0, 4),
+            "acc_mean_after": round(float(acc[~(acc != acc)].mean()), 2)}  # percent
 
 
 def environment(smoke: bool) -> dict:
@@ -136,7 +140,8 @@ def environment(smoke: bool) -> dict:
            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
            "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(),
            "machine": platform.machine(), "cpu_smoke": smoke,
-           "tf32_conv_default": torch.backends.cudnn.allow_tf32, "tf32_matmul_default": torch.backends.cuda.matmul.allow_tf32}
+           "tf32_conv_default": torch.backends.cudnn.allow_tf32,
+           "tf32_matmul_default": torch.backends.cuda.matmul.allow_tf32}
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         env.update(device_name=p.name, device_memory_gib=round(p.total_memory / 2 ** 30, 1),
@@ -149,6 +154,9 @@ def environment(smoke: bool) -> dict:
         env["cvxpy"], env["qp_solvers"] = cvxpy.__version__, qp_solvers()
     except Exception as e:
         env["cvxpy"] = f"missing: {e}"
+    source = ROOT / ".device-data" / "SOURCE"  # the commit device_prepare.sh saw: no .git travels to the device
+    if source.is_file():
+        env["prepared_from"] = dict(line.split(" ", 1) for line in source.read_text().splitlines() if " " in line)
     return env
 
 
@@ -236,10 +244,10 @@ def agreement(device: str, smoke: bool, data_cache: dict) -> dict:
     """FedAvg's round for clients 0 and 1 from the same initial weights on both devices."""
     def weights(dev: str, tf32: bool) -> dict:
         saved = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = tf32
         try:
             cfg = config("fedavg", dev, smoke, workers=0)
             sim = Simulation(cfg, data_cache.setdefault(dev, build_data(cfg)))
+            torch.backends.cudnn.allow_tf32 = tf32  # after the Simulation, which turns TF32 off on a GPU
             sim.run_round(0, clients=[0, 1])
             return {k: v.detach().double().cpu() for k, v in sim.state["model"].items()}
         finally:
@@ -263,6 +271,7 @@ def table1(device: str, smoke: bool, data_cache: dict, check: Check, measured: d
     """One timed round (after a warm-up) and one evaluation per Table 1 method, then the
     column's estimate; stops timing when the budget is nearly spent."""
     try:
+        from pflcore.device_campaign import stacks
         from pflcore.engine.vectorised import Vectorised
     except ImportError:
         Vectorised = None
@@ -275,7 +284,7 @@ def table1(device: str, smoke: bool, data_cache: dict, check: Check, measured: d
             cfg = config(method, device, smoke, workers=0)
             sim = Simulation(cfg, data_cache.setdefault(device, build_data(cfg)))
             per[method] = {"sequential": time_rounds(sim, 1)}
-            if Vectorised is not None and Vectorised.covers(method) and check.left() > 25 + check.reserve:
+            if Vectorised is not None and stacks(method) and check.left() > 25 + check.reserve:
                 sim = Simulation(cfg, data_cache[device])
                 sim.executor = Vectorised(sim.worker)
                 per[method]["vectorised"] = time_rounds(sim, 1)
@@ -370,7 +379,8 @@ def main() -> None:
     parser.add_argument("--campaign-tar", help="its manifest and records as one tar (default: beside --out, "
                                                "<record>.campaign.tar)")
     parser.add_argument("--table", action="append", default=[], help="the campaign runs only this table's entries")
-    parser.add_argument("--first", action="append", default=[], help="an entry the campaign runs first")
+    parser.add_argument("--first", action="append", default=[],
+                        help="an entry, table or notebook whose entries the campaign runs first")
     parser.add_argument("--concurrent", default="auto", help="the campaign's runs at once (default auto: a probe)")
     parser.add_argument("--campaign-reserve", type=float, default=None,
                         help="seconds part 6 leaves for the campaign (default 240; 70 with --cpu-smoke)")

@@ -6,14 +6,16 @@ several at once, and their records checked and committed on this side (issue 77)
     python -m pflcore.campaign adopt DIR-or-TAR [--no-commit]
 
 **device** picks the entries without a record in the order ``next`` takes them (by step,
-cheapest per record first; ``--table`` keeps a table's entries, ``--first`` puts named keys
-first) and runs each as ``next`` does, its notebook at the paper preset under papermill, in a
-process of its own (:func:`run_one`), with every run's config moved to ``--device`` and to the
-vectorised executor where :meth:`pflcore.engine.vectorised.Vectorised.covers` its method
-(``workers: 0`` otherwise): an IPython start-up file in the runner's kernel wraps the config
-check that :func:`pflcore.engine.run` calls (:data:`KERNEL_STARTUP`), since the notebooks
-take no device parameter. Neither field enters a config's fingerprint, so a run keeps the
-fingerprint, the record name and the preset changes of the plan entry's CPU run.
+cheapest per record first; ``--table`` keeps a table's entries, ``--first`` puts named keys,
+or a table's or notebook's entries, first) and runs each as ``next`` does, its notebook at the
+paper preset under papermill, in a process of its own (:func:`run_one`), with every run's config
+moved to ``--device`` and to the vectorised executor where it stacks the method's training
+(``workers: 0`` otherwise, also for the methods it runs client by client,
+:data:`pflcore.engine.vectorised.CLIENT_BY_CLIENT`, whose numbers there are exactly the sequential
+ones: their records name the executor that really ran them): the runner sets ``PFLCORE_DEVICE``
+and ``PFLCORE_WORKERS=vectorised`` for its kernel (:func:`pflcore.config.placed`), since the
+notebooks take no device parameter. Neither field enters a config's fingerprint, so a run keeps
+the fingerprint, the record name and the preset changes of the plan entry's CPU run.
 
 - *How many at once* (``--concurrent``): a number, or ``auto`` (the default), which measures it
   first (:func:`probe_concurrency`): 1, 2, 4 and 8 processes (at most the cores) each time a few
@@ -22,7 +24,7 @@ fingerprint, the record name and the preset changes of the plan entry's CPU run.
   of all together. The probe and its per-process slow-down go into the manifest.
 - *The budget rule*: an entry starts only if its estimate fits the budget left with a tenth to
   spare. Its estimate on the device is its plan estimate (2-core CPU seconds) divided by the
-  speed-up of its executor (vectorised where every method it runs is covered, else
+  speed-up of its executor (vectorised where the executor stacks every method it runs, else
   sequential), times the probe's slow-down at K; the speed-ups are ``--speedup`` where given,
   else measured (:func:`measured_speedups`): the 2-core seconds per round of FedPAC Table 1's
   committed FedAvg and FedPAC records over the GPU seconds per round (with the evaluation every
@@ -42,13 +44,17 @@ fingerprint, the record name and the preset changes of the plan entry's CPU run.
   rewritten atomically after every finished run (a lent machine returns a few files only).
 
 **adopt** takes DIR (or the tar): every record in it must pass :func:`pflcore.records.read`, be
-listed by the manifest under its run, belong to a plan entry that has no record yet (the
-entry's notebook, seed, row, column and preset changes: :func:`pflcore.campaign._record_of`),
-and must not replace another record; else one sentence names the first that does not, and
-nothing is adopted. Then the records are copied into ``reproductions/`` atomically and read
-again there, the plan notes them (and derives the probe-free records of probed runs, as
-``next``), both are committed together, and the figures are redrawn and committed as after
-``next``.
+listed by the manifest under its run and belong to its plan entry (the entry's notebook, seed,
+row, column and preset changes: :func:`pflcore.campaign._record_of`); else one sentence names
+the first that does not, and nothing is adopted. A record of an entry without a record yet is
+copied into ``reproductions/`` atomically and read again there, the plan notes it (and derives
+the probe-free records of probed runs, as ``next``). A record whose file the project has
+already (a CPU run recorded the same (row, seed) while the GPU ran it) becomes a *replication
+record* of that record (:func:`replication`, the format of ``python -m pflcore.replicate
+--keep``): ``replication_of`` (the record's file, both numeric paths, the verdict and the
+differences against the seed spread of its row) in ``replications/<record>.on-<path key>.json``
+beside it, never part of a row's mean. Records, replications and plan are committed together,
+and the figures are redrawn and committed as after ``next``.
 
 **GPU records and the plan.** A record's fingerprint hashes the fields that change the numbers;
 ``device`` and ``workers`` are not among them, so a GPU run of an entry's (row, seed) has the
@@ -57,7 +63,7 @@ done as for a CPU record. What differs is the numeric path, kept in the record's
 (device, GPU, CUDA, cuDNN, TF32, executor): ``status`` marks such entries ``(GPU)``, and the
 plan's estimates from measured seconds (:func:`pflcore.campaign.measured_seconds`) take only
 CPU records, since the estimates are 2-core CPU seconds. A CPU record and a GPU record of one
-run cannot both be committed (one file name): adopt refuses a record whose entry is done.
+run cannot both be entries' records (one file name): adopt keeps the later one as a replication.
 """
 from __future__ import annotations
 
@@ -90,30 +96,6 @@ PROBE_COUNTS = (1, 2, 4, 8)
 PROBE_GAIN = 1.25
 #: The workload's evaluation cadence in the speed-up: FedPAC Table 1 evaluates every 10 rounds.
 EVAL_EVERY = 10
-#: What a runner's kernel runs first: each run's config moved to the campaign's device, and to the
-#: vectorised executor where it covers the method (``workers: 0`` otherwise).
-KERNEL_STARTUP = '''\
-def _pflcore_device_campaign(device):
-    from pflcore.engine import simulation
-    from pflcore.engine.vectorised import Vectorised
-
-    checked = simulation.as_config
-
-    def as_config(config):
-        config = checked(config)
-        workers = "vectorised" if Vectorised.covers(config.method) else 0
-        if (config.device, config.workers) == (device, workers):
-            return config
-        return config.replace(device=device, workers=workers)
-
-    simulation.as_config = as_config
-
-
-_pflcore_device_campaign({device!r})
-del _pflcore_device_campaign
-'''
-
-
 class DeviceCampaignError(ValueError):
     """Bad input to the device campaign or to adopt: one sentence, before any work."""
 
@@ -161,9 +143,16 @@ def check_selection(plan: dict, tables: list[str], first: list[str]) -> None:
             raise DeviceCampaignError(f"--table {table!r} is no table of the plan; its tables are: {shown}.")
     keys = {r["key"] for r in plan["runs"]}
     for key in first:
-        if key not in keys:
-            raise DeviceCampaignError(f"the campaign has no entry {key!r} (python -m pflcore.campaign status lists "
-                                      "them).")
+        if key not in keys and key not in names:
+            raise DeviceCampaignError(f"the campaign has no entry, table or notebook {key!r} (python -m "
+                                      "pflcore.campaign status lists them).")
+
+
+def first_order(row: dict, first: tuple[str, ...]) -> int:
+    """Where ``row`` goes in the campaign's order: the place of the first ``--first`` naming its
+    key, its table or its notebook; after them all where none does (the plan's order kept)."""
+    return next((i for i, name in enumerate(first) if name in (row["key"], row["table"], row["notebook"])),
+                len(first))
 
 
 def device_problem(device: str) -> str | None:
@@ -343,25 +332,32 @@ class _Running:
     row: dict = field(default_factory=dict)
 
 
+def stacks(method: str) -> bool:
+    """Whether the vectorised executor trains ``method``'s clients together (covered, and not
+    run client by client, where its numbers and its speed are the sequential executor's)."""
+    from .engine.vectorised import CLIENT_BY_CLIENT, Vectorised
+
+    return Vectorised.covers(method) and method not in CLIENT_BY_CLIENT
+
+
 def executors_of(entry) -> dict[str, str]:
-    """Per method the entry runs, the executor its runs get on the device."""
-    from .engine.vectorised import Vectorised
+    """Per method the entry runs, the executor its runs get on the device (as
+    :func:`pflcore.config.placed` moves them under ``PFLCORE_WORKERS=vectorised``)."""
     from .papers import split_label
 
-    return {m: "vectorised" if Vectorised.covers(split_label(m)[0]) else "sequential" for m in entry.methods}
+    return {m: "vectorised" if stacks(split_label(m)[0]) else "sequential" for m in entry.methods}
 
 
 def run_one(spec: dict) -> int:
-    """The runner process: one entry's notebook at the paper preset, as ``next`` runs it, with
-    the start-up file that moves its runs to ``spec['device']`` (:data:`KERNEL_STARTUP`)."""
+    """The runner process: one entry's notebook at the paper preset, as ``next`` runs it, its
+    runs moved to ``spec['device']`` and to the vectorised executor where it stacks their
+    method, by ``PFLCORE_DEVICE`` and ``PFLCORE_WORKERS`` (:func:`pflcore.config.placed`), which
+    its kernel inherits."""
+    from .config import DEVICE_ENV, WORKERS_ENV
     from .notebooks import run_notebooks
 
     root, out = Path(spec["root"]), Path(spec["work"])
-    ipython = out / "ipython"
-    startup = ipython / "profile_default" / "startup"
-    startup.mkdir(parents=True, exist_ok=True)
-    (startup / "00-pflcore-device-campaign.py").write_text(KERNEL_STARTUP.format(device=spec["device"]))
-    os.environ["IPYTHONDIR"] = str(ipython)
+    os.environ.update({DEVICE_ENV: spec["device"], WORKERS_ENV: "vectorised"})
     overrides = {**spec["parameters"], "quiet": True, "figures_dir": str(out / "figures")}
     [result] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{spec['notebook']}.ipynb"], root=root,
                              overrides=overrides)
@@ -430,7 +426,7 @@ def device_campaign(budget: float, out: Path, root: Path | None = None, device: 
     known = {e.key: e for e in campaign.CAMPAIGN}
     todo = [r for r in plan["runs"] if not r["records"] and (not tables or r["table"] in tables
                                                              or r["notebook"] in tables)]
-    todo.sort(key=lambda r: first.index(r["key"]) if r["key"] in first else len(first))
+    todo.sort(key=lambda r: first_order(r, first))
 
     out.mkdir(parents=True, exist_ok=True)
     work = root / "outputs" / "device-campaign" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -677,6 +673,8 @@ def _adopt(source: Path, root: Path, commit: bool, log, campaign) -> list[str]:
         raise DeviceCampaignError(f"{source} holds no record to adopt.")
     by_entry: dict[str, list[str]] = {}
     data: dict[str, bytes] = {}
+    replications: dict[str, tuple[str, dict, dict]] = {}  # record path -> (replication path, record, comparison)
+    seen: set[str] = set()
     for path in found:
         rel = str(path.relative_to(source))
         try:
@@ -694,47 +692,107 @@ def _adopt(source: Path, root: Path, commit: bool, log, campaign) -> list[str]:
                 f"{record['seed']}) is a record of no entry of the plan" if owner is None else
                 f"refused, nothing adopted: {rel} is a record of {owner.key}, not of {listed[rel]!r} as the manifest "
                 "says")
+        target = root / rel
+        if target.exists() or target.is_symlink():
+            kept = replication(record, rel, target, entry, root, campaign)
+            if kept is None:
+                log(f"campaign: {rel} not kept: it is the project's record bit for bit, on the same numeric path",
+                    flush=True)
+            else:
+                replications[rel] = kept
+            seen.add(rel)
+            continue
         if rows[entry.key]["records"]:
             raise DeviceCampaignError(f"refused, nothing adopted: {rel} is a record of {entry.key}, which has its "
                                       f"record(s) already ({', '.join(rows[entry.key]['records'])}).")
-        target = root / rel
-        if target.exists() or target.is_symlink():
-            raise DeviceCampaignError(f"refused, nothing adopted: {rel} would replace the file of that name in the "
-                                      "project.")
         by_entry.setdefault(entry.key, []).append(rel)
         data[rel] = path.read_bytes()
-    missing = [rel for rel in listed if rel not in data]
+        seen.add(rel)
+    missing = [rel for rel in listed if rel not in seen]
     if missing:
         raise DeviceCampaignError(f"refused, nothing adopted: the manifest lists {missing[0]}, which is not in "
                                   f"{source}.")
+    taken = [kept[0] for kept in replications.values()]
+    if len(set(taken)) < len(taken):
+        raise DeviceCampaignError(f"refused, nothing adopted: two records of {source} would be the one replication "
+                                  f"{next(t for t in taken if taken.count(t) > 1)}.")
     written: list[str] = []
     try:
         for rel, content in data.items():
             atomic_write_bytes(root / rel, content)
             written.append(rel)
             records.read(root / rel)  # again in its place: the data folder resolved against this project
+        for rel, (kept, record, _) in replications.items():
+            records._dump(record, root / kept)  # atomic, as python -m pflcore.replicate --keep writes it
+            written.append(kept)
+            records.read(root / kept)
     except (records.RecordError, OSError) as err:
         for rel in written:
             (root / rel).unlink(missing_ok=True)
         raise DeviceCampaignError(f"refused, nothing adopted: {str(err).rstrip('.')}.") from None
+    if not written:
+        log(f"campaign: nothing adopted from {source}: each of its records is the project's already", flush=True)
+        return written
     for key, rels in by_entry.items():
         rows[key]["records"] = rels
     derived = campaign.derive_probe_free(plan, root)
     plan.update(campaign.current_plan_counts(plan))
     path = campaign.write_plan(plan, root)
     written += derived
-    where = sorted({json.loads(data[rel]).get("provenance", {}).get("gpu") or
-                    json.loads(data[rel]).get("provenance", {}).get("device", "?") for rel in data})
-    log(f"campaign: adopted {len(by_entry)} entries ({len(written)} records) run on {', '.join(where)}", flush=True)
+    where = sorted({prov.get("gpu") or prov.get("device", "?") for prov in
+                    [json.loads(content).get("provenance", {}) for content in data.values()]
+                    + [kept[1].get("provenance", {}) for kept in replications.values()]})
+    for rel, (kept, _, comparison) in replications.items():
+        log(f"campaign: {rel} kept as the replication {kept}: {records.comparison_line(comparison, root / rel)}",
+            flush=True)
+    also = f" and {len(replications)} replication(s)" if replications else ""
+    log(f"campaign: adopted {len(by_entry)} entries ({len(written) - len(replications)} records){also} run on "
+        f"{', '.join(where)}", flush=True)
     if commit:
-        message = (f"Records: {len(by_entry)} entries from a device campaign on {', '.join(where)}\n\n"
-                   + "\n".join(f"- {key}" for key in by_entry))
+        message = (f"Records: {len(by_entry)} entries{also} from a device campaign on {', '.join(where)}\n\n"
+                   + "\n".join([*(f"- {key}" for key in by_entry),
+                                 *(f"- {kept}: {comparison['verdict']}" for kept, _, comparison
+                                   in replications.values())]))
         campaign._commit(root, [*written, str(path.relative_to(root))], message, log)
         out = root / "outputs" / "campaign"
         if campaign.redraw_figures(root, root, out, log):
             campaign._commit(root, [campaign.report.FIGURES_FOLDER],
                              "Figures: redrawn from the records after a device campaign", log)
     return written
+
+
+def replication(record: dict, rel: str, target: Path, entry, root: Path, campaign) -> tuple[str, dict, dict] | None:
+    """``record`` (a campaign's record of ``entry``, at ``rel``) as a replication of the project's
+    record ``target`` of the same run: (its path, the replication record, the comparison), or
+    None where the two are one run on one numeric path, bit for bit (nothing new to keep). The
+    replication is ``record`` with ``replication_of`` (:func:`pflcore.replicate.replication_of`:
+    the verdict and differences against the seed spread of its row, :func:`pflcore.records.compare`),
+    named as ``python -m pflcore.replicate --keep`` names it. Refuses in one sentence a file that is
+    no record of this run, or a replication that would replace one."""
+    from .config import ExperimentConfig
+    from .engine.results import RunResult
+    from .replicate import replication_of, replication_path
+
+    try:
+        ours = records.read(target)
+    except records.RecordError:
+        ours = None
+    if ours is None or ours.get("fingerprint") != record["fingerprint"] or ours.get("seed") != record["seed"] \
+            or not campaign._record_of(entry, ours, strict=True, root=root):
+        raise DeviceCampaignError(f"refused, nothing adopted: {rel} would replace the file of that name in the "
+                                  "project, which is no record of the same run.")
+    result = RunResult.from_record(record, ExperimentConfig(**{**record["config"], "data_root": None}), target)
+    comparison = records.compare(result, target)
+    comparison["verdict"] = records.verdict(comparison)
+    if comparison["verdict"] == "identical" and comparison["same_path"]:
+        return None
+    kept = {**record, "replication_of": replication_of(target, ours, comparison)}
+    path = replication_path(target, kept)
+    if path.exists() or path.is_symlink():
+        raise DeviceCampaignError(f"refused, nothing adopted: {rel} would replace the replication "
+                                  f"{path.relative_to(root)}, kept already.")
+    records.validate(kept, path)
+    return str(path.relative_to(root)), kept, comparison
 
 
 def _main(argv: list[str]) -> int:

@@ -1,7 +1,8 @@
 """The device campaign (issue 77) end to end on the CPU at toy scale: a tiny plan of a toy
 notebook in a temporary project, its entries run by ``python -m pflcore.campaign device`` with
 ``--device cpu`` (each run's config moved to that device and to the vectorised executor where it
-covers the method), and their records brought in by ``adopt``."""
+stacks the method, by PFLCORE_DEVICE and PFLCORE_WORKERS), and their records brought in by ``adopt``,
+a record of a run the project has recorded already kept as a replication beside it."""
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pflcore import campaign, device_campaign as dc, records
-from pflcore.engine.vectorised import Vectorised
+from pflcore import campaign, device_campaign as dc, numerics, records
+from pflcore.engine.vectorised import CLIENT_BY_CLIENT
 
 from conftest import alive
 
@@ -95,7 +96,7 @@ def test_bad_input_is_one_sentence_before_any_run(toy, capsys, monkeypatch):
         ("--out", "reproductions/x"): "is the project's reproductions/",
         ("--out", "full"): "is not empty",
         ("--table", "no such table"): "--table 'no such table' is no table of the plan; its tables are: toy/nb.",
-        ("--first", "no such run"): "the campaign has no entry 'no such run'",
+        ("--first", "no such run"): "the campaign has no entry, table or notebook 'no such run'",
         ("--concurrent", "0"): "--concurrent is 'auto' or a whole number from 1",
         ("--concurrent", "many"): "--concurrent is 'auto' or a whole number; got 'many'",
         ("--speedup", "-1"): "--speedup is a positive number",
@@ -160,7 +161,7 @@ def test_k_runs_at_once_each_write_their_record_and_adopt_checks_refuses_and_com
         [rel] = run["records"]
         record = records.read(out / rel, root=out)
         method = record["config"]["method"]
-        workers = "vectorised" if Vectorised.covers(method) else 0
+        workers = "vectorised" if dc.stacks(method) else 0
         assert record["config"]["device"] == "cpu" and record["config"]["workers"] == workers
         assert record["provenance"]["numeric_path"]["executor"] == ("vectorised" if workers else "sequential")
         assert run["executors"] == {method: "vectorised" if workers else "sequential"}
@@ -210,9 +211,63 @@ def test_k_runs_at_once_each_write_their_record_and_adopt_checks_refuses_and_com
     assert problems == {}
     # status counts them done and says they ran elsewhere than the CPU plan's estimates assume
     assert campaign.gpu_entries(campaign.current_plan(toy), toy) == set()  # they ran on the CPU here
-    # adopting the same folder again is refused: its entries are done
-    assert campaign.main(["adopt", str(out)]) == 2
-    assert "which has its record(s) already" in _one_line_error(capsys)
+    # adopting the same folder again keeps nothing: its records are the project's, bit for bit, on the same path
+    commits = _git(toy, "rev-list", "--count", "HEAD")
+    assert campaign.main(["adopt", str(out)]) == 0
+    assert capsys.readouterr().out.count("not kept: it is the project's record bit for bit") == 2
+    assert _git(toy, "rev-list", "--count", "HEAD") == commits and _git(toy, "status", "--short") == ""
+
+    # a GPU ran the same (row, seed) while the CPU recorded it: kept as a replication beside the record
+    gpu = tmp_path / "gpu"
+    shutil.copytree(out, gpu)
+    record = json.loads((gpu / rel).read_text())
+    on = {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "cuda": "13.0"}
+    record["provenance"].update(on)
+    record["provenance"]["numeric_path"].update(on, cudnn=91900, tf32_matmul=False, tf32_cudnn=False)
+    (gpu / rel).write_text(json.dumps(record))
+    counted = [p for p, _ in records.all_records(toy / records.RECORDS_FOLDER)]
+    assert campaign.main(["adopt", str(gpu)]) == 0
+    said = capsys.readouterr().out
+    key = numerics.path_key(record["provenance"]["numeric_path"])
+    kept = toy / records.RECORDS_FOLDER / NOTEBOOK / records.REPLICATIONS / f"{Path(rel).stem}.on-{key}.json"
+    assert f"kept as the replication {kept.relative_to(toy)}" in said
+    replication = records.read(kept)
+    of = replication["replication_of"]
+    assert of["record"] == Path(rel).name and of["fingerprint"] == record["fingerprint"] and of["same_path"] is False
+    assert of["spread"]["n"] == 1 and set(of["metrics"]) >= {"acc_mean"} and of["verdict"]
+    assert replication["provenance"]["numeric_path"]["device"] == "cuda"
+    assert [p for p, _ in records.all_records(toy / records.RECORDS_FOLDER)] == counted  # never in a row's mean
+    assert [p for p, _ in records.all_replications(toy / records.RECORDS_FOLDER)] == [kept]
+    assert _git(toy, "log", "--format=%s").splitlines()[0] == \
+        "Records: 0 entries and 1 replication(s) from a device campaign on NVIDIA H100 80GB HBM3"
+    assert _git(toy, "status", "--short") == ""
+    assert [r["records"] for r in campaign.read_plan(toy)["runs"]] == [r["records"] for r in plan["runs"]]
+    # again: refused in one sentence, the replication is kept already
+    assert campaign.main(["adopt", str(gpu)]) == 2
+    assert "would replace the replication" in _one_line_error(capsys)
+
+
+def test_methods_run_client_by_client_get_the_sequential_executor_and_its_speed_up(toy):
+    """FedCP and the other methods with their own inner loop get exactly the sequential numbers
+    under the vectorised executor and no speed-up: they run with workers 0, and an entry with one
+    of them is estimated with the sequential speed-up."""
+    assert not any(dc.stacks(m) for m in CLIENT_BY_CLIENT) and dc.stacks("fedavg") and not dc.stacks("fedem")
+    mixed = campaign.Entry(NOTEBOOK, "fedavg", 0, {"methods": ["fedavg", "fedcp"], "seed": 0}, 5.0)
+    assert dc.executors_of(mixed) == {"fedavg": "vectorised", "fedcp": "sequential"}
+
+
+def test_first_takes_keys_tables_and_notebooks():
+    rows = [{"key": "a | x | seed 0", "table": "T1", "notebook": "p/t1"},
+            {"key": "b | y | seed 0", "table": "T2 practical", "notebook": "p/t2"},
+            {"key": "b | z | seed 0", "table": "T2 pathological", "notebook": "p/t2"}]
+    ordered = sorted(rows, key=lambda r: dc.first_order(r, ("p/t2",)))
+    assert [r["key"] for r in ordered] == ["b | y | seed 0", "b | z | seed 0", "a | x | seed 0"]
+    ordered = sorted(rows, key=lambda r: dc.first_order(r, ("T2 pathological", "a | x | seed 0")))
+    assert [r["table"] for r in ordered] == ["T2 pathological", "T1", "T2 practical"]
+    plan = {"runs": rows}
+    dc.check_selection(plan, [], ["p/t2", "T1", "b | y | seed 0"])
+    with pytest.raises(dc.DeviceCampaignError, match="has no entry, table or notebook 'T9'"):
+        dc.check_selection(plan, [], ["T9"])
 
 
 def test_k_is_the_count_after_which_doubling_gains_less_than_a_quarter():
