@@ -140,7 +140,9 @@ echo "device prepare: dry install for CPython 3.12 (pip --target, --no-index): $
 echo "device prepare: data into .device-data/"
 rm -rf .device-data && mkdir .device-data
 nice -n 19 "$PY" benchmarks/device_data.py pack .device-data ${FEDCP_DATA:+--fedcp "$FEDCP_DATA"}
+# the commit and the package's digest: records made there name this commit (pflcore.records.prepared_source)
 { echo "commit $(git rev-parse HEAD)"; echo "dirty $(git status --porcelain --untracked-files=no -- pflcore | wc -l)"
+  echo "package $("$PY" -c 'from pflcore.records import package_digest; print(package_digest())')"
   echo "prepared $(date -u +%Y-%m-%dT%H:%M:%SZ)"; } > .device-data/SOURCE
 
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null |

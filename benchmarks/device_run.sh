@@ -30,6 +30,8 @@ LOG=$OUT/device-run.log
 main() {
   echo "device run: $(date -u +%Y-%m-%dT%H:%M:%SZ), deadline ${DEADLINE} s${SMOKE:+, CPU smoke}, OUT=$OUT"
   [ -f .device-data/SOURCE ] && sed 's/^/device run: source /' .device-data/SOURCE
+  # no .git travels: records name the commit the data was prepared at, and whether the package differs from it
+  [ -f .device-data/SOURCE ] && export PFLCORE_SOURCE=$PWD/.device-data/SOURCE
   if [ -n "$SMOKE" ]; then
     PY=${PYTHON:-$PWD/.venv/bin/python}
     echo "device run: smoke: this machine's $PY, no wheel installed"

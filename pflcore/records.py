@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
@@ -71,6 +72,37 @@ class RecordError(ValueError):
 
 
 # ---------------------------------------------------------------------- provenance
+#: A file naming the commit a copy of the code without ``.git`` was prepared from (a lent GPU
+#: machine's copy of the tree: ``benchmarks/device_prepare.sh`` writes ``commit <sha>`` and
+#: ``package <digest>`` lines), so that its records still name their code.
+SOURCE_ENV = "PFLCORE_SOURCE"
+
+
+def package_digest() -> str:
+    """SHA-256 over the package's Python files (their paths and bytes): whether two copies of
+    pflcore hold the same code, where git cannot tell."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def prepared_source() -> dict:
+    """The code's commit where there is no git: the one :data:`SOURCE_ENV`'s file names, with
+    ``git_dirty`` whether the package differs from the one it was prepared with; else unknown."""
+    unknown = {"git_commit": None, "git_dirty": None}
+    try:
+        lines = Path(os.environ[SOURCE_ENV]).read_text().splitlines()
+    except (KeyError, OSError, UnicodeDecodeError):
+        return unknown
+    fields = dict(line.split(" ", 1) for line in lines if " " in line)
+    commit, package = fields.get("commit", "").strip(), fields.get("package", "").strip()
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return unknown
+    return {"git_commit": commit, "git_dirty": (package_digest() != package) if package else None}
+
+
 def git_state(start: Path | None = None) -> dict:
     """The git commit of the code that runs (the checkout pflcore is imported from) and
     whether that code (the package's tracked files) has uncommitted changes; ``None`` where
@@ -85,7 +117,9 @@ def git_state(start: Path | None = None) -> dict:
         commit = subprocess.run([*git, "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                                 timeout=10, env=quiet).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
-        return {"git_commit": None, "git_dirty": None}
+        commit = None
+    if commit is None:
+        return prepared_source()
     try:  # a status cut off by its timeout leaves the commit known and whether it was dirty unknown
         status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=where,
                                 capture_output=True, text=True, timeout=30, env=quiet)

@@ -384,3 +384,19 @@ def test_reading_git_state_takes_no_lock_and_a_timeout_leaves_none(tmp_path, mon
     assert not (repo / ".git" / "index.lock").exists()
     monkeypatch.setattr(records.subprocess, "run", real)
     subprocess.run([*git, "commit", "-qam", "y"], check=True)  # and git still commits
+
+
+def test_code_without_git_names_the_commit_it_was_prepared_from(tmp_path, monkeypatch):
+    """A lent GPU machine's copy of the tree has no .git: its records name the commit
+    benchmarks/device_prepare.sh saw, dirty where the package's files differ from that copy's."""
+    assert records.git_state(tmp_path) == {"git_commit": None, "git_dirty": None}  # no git, nothing said
+    source = tmp_path / "SOURCE"
+    monkeypatch.setenv(records.SOURCE_ENV, str(source))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    source.write_text(f"commit {commit}\npackage {records.package_digest()}\n")
+    assert records.git_state(tmp_path) == {"git_commit": commit, "git_dirty": False}
+    source.write_text(f"commit {commit}\npackage {'0' * 64}\n")  # the package changed after it was prepared
+    assert records.git_state(tmp_path) == {"git_commit": commit, "git_dirty": True}
+    source.write_text("commit HEAD\n")  # not a commit: never believed
+    assert records.git_state(tmp_path) == {"git_commit": None, "git_dirty": None}
+    assert records.git_state()["git_commit"] != commit  # in a checkout, git itself answers
