@@ -83,6 +83,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import records
+from .processes import process_tree
 from .atomic import atomic_write_bytes
 
 MANIFEST = "manifest.json"
@@ -285,29 +286,10 @@ def _probe_main(device: str, scale: str, rounds: str) -> int:
 
 
 # ---------------------------------------------------------------------- processes
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every live process below it (Linux /proc), parents first."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop(0)
-        if current not in out:
-            out.append(current)
-            todo.extend(children.get(current, []))
-    return out
-
-
 def _kill_tree(proc: subprocess.Popen) -> list[int]:
     """SIGKILL ``proc`` and everything it started (a papermill kernel runs in a session of its
     own, so its process group is not enough), by PID; returns the PIDs signalled."""
-    pids = _descendants(proc.pid)
+    pids = process_tree([proc.pid])
     for pid in reversed(pids):  # children first: none is re-parented and missed
         try:
             os.kill(pid, signal.SIGKILL)

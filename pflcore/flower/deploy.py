@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..engine.results import RunResult
+from ..processes import is_alive as _alive, process_tree
 from . import OFFLINE_ENV
 from .app import _as_config, matching_threads
 from .apps import RUN_CONFIG_DEFAULTS
@@ -231,25 +232,6 @@ def stop(procs: Sequence[subprocess.Popen], grace: float = 10.0) -> list[int]:
     return pids
 
 
-def process_tree(roots: Sequence[int]) -> list[int]:
-    """``roots`` and all their live descendants (Linux /proc), parents first."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid, _pgid in _processes():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = [], [r for r in roots if _alive(r)]
-    while todo:
-        pid = todo.pop(0)
-        if pid not in out:
-            out.append(pid)
-            todo.extend(children.get(pid, []))
-    return out
-
-
-def group_members(pgid: int) -> list[int]:
-    """PIDs of the live processes in process group ``pgid`` (Linux /proc)."""
-    return [pid for pid, _ppid, g in _processes() if g == pgid]
-
-
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports free on 127.0.0.1 right now."""
     socks = []
@@ -269,30 +251,6 @@ def _start(cmd: list[str], logfile: Path, env: dict, cwd: Path) -> subprocess.Po
     with open(logfile, "ab") as out:  # the child keeps its own descriptor
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 cwd=cwd, start_new_session=True)
-
-
-def _processes() -> list[tuple[int, int, int]]:
-    """(pid, ppid, pgid) of every live, non-zombie process."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-        if fields[0] not in ("Z", "X"):
-            out.append((int(entry.name), int(fields[1]), int(fields[2])))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2] not in ("Z", "X")
 
 
 def _kill(pid: int, sig: int) -> None:
