@@ -26,6 +26,9 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     # a finished paper-preset run derives its record's numbers from its final state, which
     # revisit (built on the simulation) restores
     ("pflcore.engine.simulation", "pflcore.engine.revisit"): "run records",
+    # the campaign's one command line (python -m pflcore.campaign device|adopt) hands over to the
+    # device campaign, which is built on the plan the campaign keeps
+    ("pflcore.campaign", "pflcore.device_campaign"): "the campaign's command line",
 }
 
 
