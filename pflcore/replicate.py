@@ -30,7 +30,7 @@ def replication_path(record_path: Path, record: dict) -> Path:
 def replicate(record_path: str | Path, keep: bool = False, out: str | Path | None = None, log=print) -> dict:
     """Retrain the record at ``record_path`` and compare; returns the comparison (with ``verdict``
     and, where kept, ``written``: the replication record's path)."""
-    from .config import ExperimentConfig
+    from .config import ExperimentConfig, placed
     from .engine.simulation import record_of, run
 
     record_path = Path(record_path).resolve()
@@ -45,6 +45,7 @@ def replicate(record_path: str | Path, keep: bool = False, out: str | Path | Non
                                       f"recorded {record['fingerprint']}; this pflcore cannot retrain it as it ran.")
         from .engine.executors import resolve_workers
 
+        config = placed(config)  # where PFLCORE_DEVICE / PFLCORE_WORKERS move it, as run() will
         processes = resolve_workers(config.workers, device=config.device, num_clients=config.num_clients)
         here = numerics.numeric_path(config.device, config.workers, worker_processes=processes)
         log(f"retraining {record_path.name} ({config.rounds} rounds) on {numerics.in_words(here)}")
