@@ -427,8 +427,8 @@ def _not_in_fedpac_code(method: str) -> str:
 _FEDFA_ONE_SEED = ("{n} seed(s) so far ({seeds}), and under #C = 2 the global model moves by several points from one "
                    "evaluated round to the next (the curves below), so one seed's final round is a noisy estimate of "
                    "the paper's mean over {fedfa_seeds_n} seeds.")
-_FEDFA_BASELINE_SEEDS = (" The campaign gives FedFA's baselines beyond FedAvg one seed for now (from Figure 4's runs); "
-                         "seeds {missing_seeds} remain to be added to its plan.")
+_FEDFA_BASELINE_SEEDS = (" This row's first seed comes from Figure 4's runs; its seeds {missing_seeds} are in the "
+                         "campaign's plan (python -m pflcore.campaign status).")
 
 
 _FEDCP_NOT_INVESTIGATED = (
@@ -709,8 +709,7 @@ TABLES: list[TableSpec] = [
                     "FedDyn and FedProc are the algorithms of their own papers; FedFA's code runs others under those "
                     "names (their notes).",
                     "Only the Fashion-MNIST columns run here (CIFAR-10 and CIFAR-100 cannot be had)."),
-        row_notes=(("c2", "fedprox", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
-                   ("c2", "moon", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
+        row_notes=(("c2", "moon", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
                    ("c2", "feddyn", "FedFA's code runs, under the name FedDyn, a fixed pull towards the client's "
                     "previous local model with a plain FedAvg server, not FedDyn's dynamic regulariser; this row is "
                     "FedDyn as its own paper defines it, so the paper's number measures another algorithm. That "
@@ -719,8 +718,8 @@ TABLES: list[TableSpec] = [
                    ("c2", "fedproc", "FedFA's code runs, under the name FedProc, dot-product scores against fixed "
                     "one-hot anchors that are never updated, not FedProc's prototypes; this row is FedProc as its own "
                     "paper defines it, so the paper's number measures another algorithm. That algorithm is `fedproc "
-                    "variant=fedfa_code` (list it in the notebook's methods); it has no record yet. "
-                    + _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS)),
+                    "variant=fedfa_code` (list it in the notebook's methods); it has no record yet. Its {n} seeds "
+                    "({seeds}) are FedProc as its paper defines it.")),
         curve_key="acc_weighted", curve_label="pooled accuracy of the global model (%)"),
     TableSpec(
         _D, "T1", "pFedFDA Table 1, covariate shift and scarcity (Fashion-MNIST-S here)",
