@@ -67,6 +67,7 @@ run cannot both be entries' records (one file name): adopt keeps the later one a
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -362,19 +363,14 @@ class Manifest:
             self.pack()
 
     def pack(self) -> None:
-        """DIR's manifest and records as one tar, written to a temporary file beside it and renamed."""
+        """DIR's manifest and records as one tar, written whole (:func:`pflcore.atomic.atomic_write_bytes`)."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as bundle:
+            bundle.add(self.out / MANIFEST, arcname=MANIFEST)
+            for path in sorted((self.out / records.RECORDS_FOLDER).rglob("*.json")):
+                bundle.add(path, arcname=str(path.relative_to(self.out)))
         self.tar.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.tar.parent, prefix=f".{self.tar.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            with tarfile.open(tmp, "w") as bundle:
-                bundle.add(self.out / MANIFEST, arcname=MANIFEST)
-                for path in sorted((self.out / records.RECORDS_FOLDER).rglob("*.json")):
-                    bundle.add(path, arcname=str(path.relative_to(self.out)))
-            os.replace(tmp, self.tar)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(self.tar, buffer.getvalue())
 
 
 def device_campaign(budget: float, out: Path, root: Path | None = None, device: str = "cuda",
