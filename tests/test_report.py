@@ -514,6 +514,44 @@ def test_the_pfedme_note_s_account_of_its_gap_holds_for_the_shipped_records():
     assert all(by_seed[r["seed"]] - r["summary"][T1.metric] > 3.0 for r in variant.runs), (variant.runs, by_seed)
 
 
+def test_late_rise_reads_each_seed_s_best_round_and_the_mean_late_gain_from_the_histories():
+    from pflcore.report.catalogue import late_rise
+
+    def run(seed, curve):
+        return {"seed": seed, "config": {"rounds": 4},
+                "history": [{"round": r, "acc": v} for r, v in enumerate(curve, start=1)] + [{"round": 5}]}
+
+    # seed 0: best 0.9 at round 4, first half's best 0.5 -> 0.4; seed 1: best 0.8 first reached
+    # at round 2 (the earliest of a tie), first half's best 0.8 -> 0.0; mean 0.2
+    values = late_rise([run(0, [0.5, 0.1, 0.7, 0.9]), run(1, [0.3, 0.8, 0.8, 0.6])], "acc")
+    assert values == {"best_rounds": "4, 2", "half_rounds": 2, "late_gain": "0.20"}
+    assert late_rise([{"seed": 0, "config": {"rounds": 4}, "history": [{"round": 1}]}], "acc") == {}
+
+
+def test_the_fedcp_notes_account_of_rows_still_rising_holds_for_the_shipped_records():
+    """FedCP Table 2's notes on the practical rows beyond the tolerance say that in each seed the
+    best evaluated round comes in the last sixth of the table's rounds and that the best rose from
+    the first half to the whole run: a record that breaks this makes the notes wrong."""
+    from pflcore.report.catalogue import config_values, fill, note_values
+
+    spec = next(t for t in TABLES if t.notebook == "fedcp/t2_main")
+    found = list(records.all_records(ROOT / "reproductions" / spec.notebook))
+    cells, variants = cells_of(spec, found), variant_cells(spec, found)
+    assert {m for _, m, _ in spec.row_notes} == {"fedavg", "ditto", "fedrod", "fedcp"}
+    for column, method, template in spec.row_notes:
+        cell = cells[(column, method)]
+        note = fill(template, {**config_values(spec, found, ROOT), **note_values(spec, column, method, cells, variants)})
+        assert "still rising where our runs stop" in note and "{" not in note
+        for rec in cell.runs:
+            curve = {h["round"]: h[spec.curve_key] for h in rec["history"] if h.get(spec.curve_key) is not None}
+            rounds = rec["config"]["rounds"]
+            best = max(curve.values())
+            best_round = min(r for r, v in curve.items() if v == best)
+            assert best_round > rounds * 5 / 6, (method, rec["seed"], best_round)
+            assert best > max(v for r, v in curve.items() if r <= rounds // 2), (method, rec["seed"])
+            assert f"{best_round}" in note.split("rounds ")[1].split(" of ")[0]
+
+
 def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
     notebooks = {p.relative_to(ROOT / "notebooks").with_suffix("").as_posix()
                  for p in (ROOT / "notebooks").glob("*/*.ipynb") if p.parent.name in ("fedpac", "fedcp", "fedfa",
