@@ -213,6 +213,28 @@ def test_fedfa_s_claim_names_the_settings_as_the_paper_does_and_waits_for_both()
     assert fedfa_t2.claim(cells_of(fedfa_t2, found))["status"] == "holds"  # every compared row has 3 seeds
 
 
+def test_a_claim_that_holds_on_means_within_the_seed_noise_says_so():
+    """A whole claim whose lead over a close rival does not pass the paired t over seeds (at
+    1 - CONFIDENCE) "holds on the means only", naming that rival, its p and its column; a lead
+    that passes it "holds"."""
+    from pflcore.report import CONFIDENCE
+
+    fedfa_t2 = next(t for t in TABLES if t.notebook == "fedfa/t2_label_skew")
+    _, shards = _fedfa_claim_found()
+    found = [shards("fedavg", s, a, {"kind": "fedfa_shards"}) for s, a in ((2021, 72.0), (2022, 74.0), (2023, 73.0))]
+    found += [shards("fedfa", s, a, {"kind": "fedfa_shards"}) for s, a in ((2021, 73.0), (2022, 73.5), (2023, 73.2))]
+    found += [shards(m, s, a + s - 2021, {"kind": "fedfa_dirichlet", "alpha": 0.1})
+              for m, a in (("fedavg", 70.0), ("fedfa", 83.0)) for s in (2021, 2022, 2023)]
+    status = fedfa_t2.claim(cells_of(fedfa_t2, found))["status"]
+    assert status.startswith("holds on the means only: its margin over FedAvg (paired t p = "), status
+    assert status.endswith(f"in #C = 2 is within the seed noise (not significant at {1 - CONFIDENCE:.2f})")
+    assert "Dir(0.1)" not in status  # ahead there by far more than the seeds' spread
+    found = [f for f in found if not (f[1]["config"]["method"] == "fedfa"
+                                      and f[1]["config"]["partition"]["kind"] == "fedfa_shards")]
+    found += [shards("fedfa", s, a, {"kind": "fedfa_shards"}) for s, a in ((2021, 73.1), (2022, 75.2), (2023, 74.0))]
+    assert fedfa_t2.claim(cells_of(fedfa_t2, found))["status"] == "holds"  # close, but every seed ahead alike
+
+
 def test_pfedfda_s_claim_weighs_the_gain_under_scarcity_and_states_its_scope():
     """pFedFDA's claim holds when its lead over the best other row is positive at 25% and larger
     than at 100%; until every one of its 11 baselines has 3 seeds in both columns it holds "so far",

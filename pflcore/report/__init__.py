@@ -347,6 +347,7 @@ def check_claim(kind: str, spec: TableSpec, cells: dict, method: str, columns: t
     baselines = [over] if over else [m for m in spec.rows if m != method]
     here = [c for c in columns if spec.runs_here(c)]
     parts, scope, holds, any_compared, complete, gains = [], [], True, False, True, {}
+    unsure = []  # close comparisons whose paired t over seeds does not reach 1 - CONFIDENCE
     for column in here:
         title = spec.column_title(column)
         mine = cells[(column, method)]
@@ -375,6 +376,10 @@ def check_claim(kind: str, spec: TableSpec, cells: dict, method: str, columns: t
         tested = [r for r in recorded if r is best or is_close(mine, r, spec.metric)]  # the nearest always
         for rival in tested:
             spread = all(math.isfinite(c.std(spec.metric)) for c in (mine, rival))
+            p = paired_t(*seed_matched(mine, rival, spec.metric))
+            if is_close(mine, rival, spec.metric) and (p is None or p >= 1 - CONFIDENCE):
+                unsure.append(f"{spec.row_name(rival.method)}" + (f" (paired t p = {p:.3f})" if p is not None else "")
+                              + (f" in {title}" if len(here) > 1 else ""))
             why = ("the nearest rival" if not is_close(mine, rival, spec.metric)
                    else f"under {CLOSE_STDS:g} stds over seeds" if spread else "a row with one seed has no std")
             text += (f"; against {spec.row_name(rival.method)} ({mine.mean(spec.metric) - rival.mean(spec.metric):+.2f}, "
@@ -389,6 +394,9 @@ def check_claim(kind: str, spec: TableSpec, cells: dict, method: str, columns: t
     if not any_compared:
         return {"status": "not run yet", "text": "; ".join(parts) or "not enough records yet", "scope": scope}
     words = "holds" if holds else "does not hold"
+    if holds and complete and unsure and kind != "scarcity":
+        words += (f" on the means only: its margin over {', '.join(unsure)} is within the seed noise "
+                  f"(not significant at {1 - CONFIDENCE:.2f})")
     if not complete:
         words += " so far, against " + "; ".join(
             f"{k} of {n} baseline{'s' if n != 1 else ''}" + (f" in {title}" if len(scope) > 1 else "")

@@ -285,7 +285,8 @@ def render_paper(page: Page, verdict: Callable, built: dict | None = None) -> st
             "metric_words": spec.metric_words, "columns": columns, "figures": figures, "notebooks": notebooks,
             "claim": claim is not None, "claim_words": spec.claim_words,
             "claim_status": claim_status, "claim_text": claim["text"] if claim else "",
-            "claim_css": ("so-far" if "so far" in claim_status else "holds" if claim_status.startswith("holds")
+            "claim_css": ("so-far" if "so far" in claim_status or "means only" in claim_status
+                          else "holds" if claim_status.startswith("holds")
                           else "does-not-hold"),
             "paper_std_kind": spec.paper_std_kind, **_matrix(spec, cells),
             "records": sorted(set(used)), "notes": notes, "others": others, "preset_changes": spec.preset_changes,
