@@ -350,6 +350,7 @@ def test_every_note_is_filled_from_the_records_with_no_field_left_empty():
         for column, method, note in spec.row_notes:
             filled = fill(note, {**values, **note_values(spec, column, method, cells, variants)})
             assert "not recorded)" not in filled and "{" not in filled, (spec.id, method, filled)
+            assert "seeds none" not in filled, (spec.id, method, filled)  # a note still waiting on seeds it has
     apfl = _filled_t1_note("apfl")
     assert "0.25 v + 0.75 w" in apfl and f"With {len(cells_of(T1, shipped)[('fmnist 20', 'apfl')].seeds())} seeds" in apfl
     assert "about half a point" not in apfl and "about a point" not in apfl  # re-scorings without records: no size

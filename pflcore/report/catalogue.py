@@ -767,7 +767,7 @@ TABLES: list[TableSpec] = [
                     "previous local model with a plain FedAvg server, not FedDyn's dynamic regulariser; this row is "
                     "FedDyn as its own paper defines it, so the paper's number measures another algorithm. That "
                     "algorithm is `feddyn variant=fedfa_code` (list it in the notebook's methods); it has no record "
-                    "yet. " + _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
+                    "yet. Its {n} seeds ({seeds}) are FedDyn as its paper defines it."),
                    ("c2", "fedproc", "FedFA's code runs, under the name FedProc, dot-product scores against fixed "
                     "one-hot anchors that are never updated, not FedProc's prototypes; this row is FedProc as its own "
                     "paper defines it, so the paper's number measures another algorithm. That algorithm is `fedproc "
