@@ -376,11 +376,12 @@ def check_claim(kind: str, spec: TableSpec, cells: dict, method: str, columns: t
         tested = [r for r in recorded if r is best or is_close(mine, r, spec.metric)]  # the nearest always
         for rival in tested:
             spread = all(math.isfinite(c.std(spec.metric)) for c in (mine, rival))
-            p = paired_t(*seed_matched(mine, rival, spec.metric))
-            if is_close(mine, rival, spec.metric) and (p is None or p >= 1 - CONFIDENCE):
+            close = is_close(mine, rival, spec.metric)
+            p = paired_t(*seed_matched(mine, rival, spec.metric)) if close else None
+            if close and (p is None or p >= 1 - CONFIDENCE):
                 unsure.append(f"{spec.row_name(rival.method)}" + (f" (paired t p = {p:.3f})" if p is not None else "")
                               + (f" in {title}" if len(here) > 1 else ""))
-            why = ("the nearest rival" if not is_close(mine, rival, spec.metric)
+            why = ("the nearest rival" if not close
                    else f"under {CLOSE_STDS:g} stds over seeds" if spread else "a row with one seed has no std")
             text += (f"; against {spec.row_name(rival.method)} ({mine.mean(spec.metric) - rival.mean(spec.metric):+.2f}, "
                      f"{why}): " + comparison_tests(mine, rival, spec.metric))
