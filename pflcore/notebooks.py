@@ -86,13 +86,34 @@ def preset_changes(preset_values: dict, smoke: dict, namespace: dict, given: set
     return changes
 
 
+#: How long :func:`declared_parameters` waits for a notebook file that JupyterLab is writing.
+NOTEBOOK_WRITE_WAIT_S = 5.0
+
+
+def _notebook_cells(path: Path, wait_s: float | None = None) -> list:
+    """A notebook file's cells, waiting (up to :data:`NOTEBOOK_WRITE_WAIT_S`) while it is being
+    written: Jupyter's server saves a notebook by truncating the file and writing it again in
+    place, so a kernel reading it during an autosave sees an empty or cut-off file. Returns []
+    if it never parses (the caller then reads the kernel's own first cell)."""
+    deadline = time.monotonic() + (NOTEBOOK_WRITE_WAIT_S if wait_s is None else wait_s)
+    while True:
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+            return cells if isinstance(cells, list) else []
+        except (OSError, ValueError, AttributeError):  # mid-write (empty or cut off), gone, or not a notebook
+            if time.monotonic() >= deadline:
+                return []
+            time.sleep(0.1)
+
+
 def declared_parameters(notebook: str, namespace: dict | None = None, root: Path | None = None) -> dict:
     """The defaults of a notebook's parameters cell (the literal ones, as papermill reads
     them): from the committed notebook whose preset folder is ``notebook``
     (``"fedpac/t2_ablation"`` -> ``notebooks/fedpac/t2_ablation.ipynb``, a leading ``NN_``
-    allowed), or, for a notebook copied out of the project, from the first cell this kernel ran
-    (IPython's ``In``). Each parameter is checked against the kind of its default
-    (:func:`check_parameter_types`), whatever preset sets it."""
+    allowed), or, for a notebook copied out of the project or whose file cannot be read
+    (:func:`_notebook_cells`), from the first cell this kernel ran (IPython's ``In``). Each
+    parameter is checked against the kind of its default (:func:`check_parameter_types`),
+    whatever preset sets it."""
     sources = []
     if root is not None:
         folder, _, stem = notebook.rpartition("/")
@@ -100,7 +121,7 @@ def declared_parameters(notebook: str, namespace: dict | None = None, root: Path
             else []
         for path in candidates:
             if re.sub(r"^\d+_", "", path.stem) == stem:
-                cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+                cells = _notebook_cells(path)
                 sources = ["".join(c.get("source", "")) for c in cells
                            if "parameters" in c.get("metadata", {}).get("tags", [])]
                 break

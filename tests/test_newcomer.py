@@ -134,6 +134,45 @@ def test_the_kernel_checks_every_parameter_of_the_cell_not_only_the_presets():
     use_preset("fedpac/t2_ablation", "smoke", {**declared, "variants": ["None", "Both"]}, log=lambda *_: None)
 
 
+def _project_with_notebook(tmp_path, text: str):
+    (tmp_path / "params" / "demo").mkdir(parents=True)
+    (tmp_path / "notebooks" / "demo").mkdir(parents=True)
+    path = tmp_path / "notebooks" / "demo" / "03_nb.ipynb"
+    path.write_text(text)
+    return path
+
+
+_DEMO_NOTEBOOK = json.dumps({"cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]},
+                                        "source": ["rounds = 7\n", "methods = ['fedavg']\n"]}]})
+
+
+def test_the_kernel_reads_the_parameters_cell_once_lab_has_finished_saving_it(tmp_path):
+    """Jupyter's server saves a notebook by truncating it and writing it again in place; a
+    kernel reading it during an autosave (Run All in JupyterLab) must wait for the whole file,
+    not fail on the empty one."""
+    import threading
+
+    from pflcore.notebooks import declared_parameters
+
+    path = _project_with_notebook(tmp_path, "")  # as the file is mid-save
+    writer = threading.Timer(0.5, lambda: path.write_text(_DEMO_NOTEBOOK))
+    writer.start()
+    try:
+        declared = declared_parameters("demo/nb", {"In": ["", "rounds = 99"]}, root=tmp_path)
+    finally:
+        writer.join()
+    assert declared == {"rounds": 7, "methods": ["fedavg"]}  # the file's cell, not the kernel's
+
+
+def test_a_notebook_file_that_never_parses_falls_back_to_the_kernel_s_first_cell(tmp_path, monkeypatch):
+    from pflcore import notebooks
+
+    monkeypatch.setattr(notebooks, "NOTEBOOK_WRITE_WAIT_S", 0.3)
+    _project_with_notebook(tmp_path, '{"cells": [')  # cut off, and it stays so
+    assert notebooks.declared_parameters("demo/nb", {"In": ["", "rounds = 99\nlr = 0.5"]}, root=tmp_path) == \
+        {"rounds": 99, "lr": 0.5}
+
+
 def test_every_preset_gives_each_parameter_the_kind_of_its_default():
     """The check never refuses a shipped preset."""
     import yaml
