@@ -19,7 +19,7 @@ committed record of an entry's run is missing from the plan; ``next`` runs nothi
 they disagree, and a damaged ``plan.json`` is refused in one sentence naming it.
 
     python -m pflcore.campaign status          # per table the hours left, seeds per row, every run
-    python -m pflcore.campaign next [--count N] [--first KEY] [--no-commit]
+    python -m pflcore.campaign next [--count N | --budget SECONDS] [--first KEY] [--no-commit]
     python -m pflcore.campaign check KEY...    # dry run: the notebook builds the entry's runs, trains none
     python -m pflcore.campaign device --budget SECONDS --out DIR [--table NAME] [--first KEY] [--concurrent K]
     python -m pflcore.campaign adopt DIR       # check, copy in and commit the records a device campaign wrote
@@ -30,6 +30,10 @@ against themselves and the plan and commits them with the plan (:mod:`pflcore.de
 says how K and the budget rule are chosen, and why a GPU record of an entry's run is that
 entry's record: ``device`` and ``workers`` are not in a config's fingerprint). ``status`` marks
 entries whose records ran on a GPU, and the estimates from measured seconds take CPU records only.
+
+``next --budget SECONDS`` runs entries in order while the next one fits what is left of the
+budget (:func:`host_speed`: its estimate scaled by how this kind of CPU ran the entries it
+recorded), so that every run finishes in the stretch of compute that starts it.
 """
 from __future__ import annotations
 
@@ -837,13 +841,73 @@ def written_since(folder: Path, before: dict[Path, tuple[int, int, int]]) -> lis
     return sorted(p for p, stamp in record_stamps(folder).items() if before.get(p) != stamp)
 
 
-def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, home: Path | None = None,
-              log=print, first: tuple[str, ...] = ()) -> None:
+#: Seconds an entry takes besides its runs' rounds (the notebook's start, data, the figures'
+#: redraw), until one has been measured: FedFA Table 2's entries took 70-110 s more than their rounds.
+ENTRY_OVERHEAD_S = 120.0
+#: The numeric path's fields that say which kind of CPU ran a record (what its speed depends on).
+HOST_FIELDS = ("device", "cpu_vendor", "cpu_family", "cpu_model_number", "cpu_kernel_flags")
+
+
+def _host(path: dict) -> tuple[str, ...]:
+    return tuple(str(path.get(name)) for name in HOST_FIELDS)
+
+
+def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None) -> tuple[float, int]:
+    """How long this kind of CPU takes against the campaign's estimates: the median, over the
+    plan's committed single-run records whose numeric path names this CPU (vendor, family,
+    model, kernel flags; an older record without one: its CPU's model name), of the record's seconds of rounds over its entry's estimate; and over
+    how many records. With ``notebook``, that notebook's records where it has some (kinds of
+    CPU differ by workload: an Intel Xeon ran FedFA Table 2 in 0.75 of the AMD-made estimates
+    and FedCP Table 2 in 1.6 times them), else all of them. ``(1.0, 0)`` where none was made
+    on this kind of CPU."""
+    import statistics
+
+    from . import numerics
+
+    root = root or project_root()
+    here, here_model = _host(numerics.numeric_path("cpu")), records.cpu_model()
+    known = {e.key: e for e in CAMPAIGN}
+    ratios: dict[str, list[float]] = {}
+    for r in plan["runs"]:
+        entry = known.get(r["key"])
+        if entry is None or not _trains_once(entry) or len(r["records"]) != 1 or entry.estimate_s <= 0:
+            continue
+        try:
+            record = _read_record(root / r["records"][0])
+            provenance = record.get("provenance") or {}
+            path = provenance.get("numeric_path")
+            seconds = float(record["summary"]["seconds"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        # a record made before numeric paths were kept names its CPU's model only
+        same = _host(path) == here if numerics.is_known(path) else provenance.get("cpu_model") == here_model
+        if same and 0 < seconds < float("inf"):
+            ratios.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
+    chosen = ratios.get(notebook) or [x for values in ratios.values() for x in values]
+    return (statistics.median(chosen), len(chosen)) if chosen else (1.0, 0)
+
+
+def _rounds_seconds(rels: list[str], root: Path) -> float:
+    """The seconds of rounds the records ``rels`` took together (those that can be read)."""
+    total = 0.0
+    for rel in rels:
+        try:
+            total += float(_read_record(root / rel)["summary"]["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return total
+
+
+def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = None, home: Path | None = None,
+              log=print, first: tuple[str, ...] = (), budget_s: float | None = None) -> None:
     """Run the next ``count`` entries in the project ``root`` (the working directory's);
     their records and the plan go to ``home`` (default: ``root``) and are committed there.
     A separate checkout as ``root`` keeps the code of a long campaign fixed (and its records'
     commit clean) while work goes on in ``home``. ``first``: keys of entries to run before
-    the cheapest (a figure waiting on one run, say); an unknown key is refused before any run."""
+    the cheapest (a figure waiting on one run, say); an unknown key is refused before any run.
+    ``budget_s``: seconds from now that the entries may take; the next entry starts only if its
+    estimate on this kind of CPU (:func:`host_speed`) and an entry's overhead fit what is left,
+    else the campaign stops before it, saying so. ``count`` None: as many as the budget allows."""
     unknown = [key for key in first if key not in {e.key for e in CAMPAIGN}]
     if unknown:
         raise ValueError(f"the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)")
@@ -852,7 +916,14 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
     refuse_unbelieved(home)
     out = root / "outputs" / "campaign"
     executed: dict = {}  # the redraws' notebook executions, kept so that the next redraw runs only what changed
-    for _ in range(count):
+    started, overhead = time.monotonic(), ENTRY_OVERHEAD_S
+    if budget_s is not None:
+        speed, made = host_speed(current_plan(home), home)
+        log(f"campaign: a budget of {budget_s:.0f} s; this kind of CPU takes {speed:.2f} times the estimates "
+            + (f"(the median of its {made} records)" if made else "(no record was made on it yet: taken as 1)"),
+            flush=True)
+    done_here = 0
+    while count is None or done_here < count:
         plan = current_plan(home)
         todo = [r for r in plan["runs"] if not r["records"]]
         todo.sort(key=lambda r: first.index(r["key"]) if r["key"] in first else len(first))  # stable: then cheapest
@@ -860,8 +931,17 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
             log("campaign: every entry has its record.")
             return
         entry = next(e for e in CAMPAIGN if e.key == todo[0]["key"])
+        if budget_s is not None:
+            speed, _ = host_speed(plan, home, entry.notebook)
+            expected = entry.estimate_s * speed + overhead
+            left = budget_s - (time.monotonic() - started)
+            if expected > left:
+                log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the "
+                    f"{max(left, 0):.0f} s left of the budget; it stops before it.", flush=True)
+                return
         log(f"campaign: {entry.key} (estimate {entry.estimate_s:.0f} s; {len(todo) - 1} more after it)", flush=True)
         t0 = time.time()
+        done_here += 1
         claimed = {rel for r in plan["runs"] for rel in r["records"]}
         written = run_entry(entry, root, out)
         written += [rel for rel in leftovers(entry, root, claimed) if rel not in written]  # from a stopped run
@@ -878,6 +958,7 @@ def next_runs(count: int = 1, commit: bool = True, root: Path | None = None, hom
         path = write_plan(plan, home)
         log(f"campaign: {entry.key} done in {time.time() - t0:.0f} s -> {', '.join(written) or 'no record'}",
             flush=True)
+        overhead = max(overhead, time.time() - t0 - _rounds_seconds(written, home))
         if not written:  # every run it makes had a record already: it would be taken again and again
             log(f"campaign: {entry.key} wrote no record (its runs had records already, so another entry gives "
                 "them); the campaign stops here instead of running it again.", flush=True)
@@ -989,7 +1070,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("status", help="what exists and what remains: seeds recorded per row, then every run")
     nxt = sub.add_parser("next", help="run the next entries, cheapest per record first, and commit their records")
-    nxt.add_argument("--count", type=_count, default=1, help="how many entries to run (default: 1)")
+    nxt.add_argument("--count", type=_count, help="how many entries to run (default: 1, or as many as --budget "
+                                                  "allows)")
+    nxt.add_argument("--budget", type=_budget, metavar="SECONDS",
+                     help="seconds the entries may take from now: the next starts only if its estimate on this kind "
+                          "of CPU fits what is left")
     nxt.add_argument("--no-commit", action="store_true")
     nxt.add_argument("--home", type=Path, help="project whose reproductions/ receives the records (default: this one)")
     nxt.add_argument("--first", action="append", default=[], metavar="KEY",
@@ -1070,7 +1155,9 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
         return 1 if failed else 0
     try:
-        next_runs(args.count, commit=not args.no_commit, root=root, home=home, first=tuple(args.first))
+        count = args.count if args.count is not None else (None if args.budget is not None else 1)
+        next_runs(count, commit=not args.no_commit, root=root, home=home, first=tuple(args.first),
+                  budget_s=args.budget)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -1127,6 +1214,18 @@ def _count(text: str) -> int:
     if count < 1:
         raise argparse.ArgumentTypeError(f"a whole number of runs, 1 or more, is expected; got {text!r}.")
     return count
+
+
+def _budget(text: str) -> float:
+    """--budget: seconds, more than 0 and at most a week (more is surely a typing error)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"the seconds the entries may take, more than 0 and at most a week "
+                                         f"(604800), are expected; got {text!r}.")
+    return seconds
 
 
 def _home(path: Path) -> Path:

@@ -9,6 +9,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from pflcore import campaign, records
 from pflcore.algorithms import ALGORITHMS
 
@@ -752,3 +754,62 @@ def test_a_record_left_by_a_stopped_run_is_adopted_and_a_committed_one_outside_t
     campaign.write_plan({"runs": []}, tmp_path)
     _, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
     assert list(problems) == [entry.key] and rel in problems[entry.key]
+
+
+# ---------------------------------------------------------------- next --budget: every run finishes in its stretch
+def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_estimates(tmp_path, monkeypatch):
+    """A record made here counts for this kind of CPU (its numeric path names it), per notebook;
+    on another kind of CPU nothing is known and the estimates stand (factor 1)."""
+    from pflcore import numerics
+
+    _project(tmp_path, monkeypatch)
+    entry = _t1_local(0)
+    rel = _recorded(tmp_path, entry)
+    seconds = records.read(tmp_path / rel)["summary"]["seconds"]
+    campaign.write_plan({"runs": [{"key": entry.key, "records": [rel]}]}, tmp_path)
+    plan = campaign.current_plan(tmp_path)
+    assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (seconds / entry.estimate_s, 1)
+    assert campaign.host_speed(plan, tmp_path, "fedcp/t2_main") == (seconds / entry.estimate_s, 1)  # all of them
+    here = numerics.numeric_path("cpu")
+    monkeypatch.setattr(numerics, "numeric_path", lambda *a, **k: {**here, "cpu_model_number": "another"})
+    assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (1.0, 0)
+
+
+def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_path, monkeypatch, capsys):
+    """Each entry's expected time is its estimate times this CPU's speed plus an entry's overhead
+    (the largest measured so far); the campaign stops before the first that does not fit, saying
+    so, and a bad budget is one sentence before any run."""
+    _project(tmp_path, monkeypatch)
+    clock = [0.0]
+    monkeypatch.setattr(campaign.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(campaign.time, "time", lambda: clock[0])
+    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None: (1.5, 3))
+    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
+    monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
+    ran, logged, rounds = [], [], {}
+
+    def run_entry(entry, root, out):  # its rounds take its estimate times 1.5, and the entry 30 s more
+        ran.append(entry.key)
+        clock[0] += 1.5 * entry.estimate_s + 30
+        rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{len(ran)}.json"
+        rounds[rel] = 1.5 * entry.estimate_s
+        return [rel]
+
+    monkeypatch.setattr(campaign, "run_entry", run_entry)
+    monkeypatch.setattr(campaign, "_rounds_seconds", lambda rels, root: sum(rounds[rel] for rel in rels))
+    first, second = (e.estimate_s for e in campaign.CAMPAIGN[:2])
+    budget = 1.5 * first + 30 + 1.5 * second + campaign.ENTRY_OVERHEAD_S + 1  # two entries, not a third
+    campaign.next_runs(None, commit=False, root=tmp_path, budget_s=budget,
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert ran == [e.key for e in campaign.CAMPAIGN[:2]]
+    assert "this kind of CPU takes 1.50 times the estimates (the median of its 3 records)" in logged[0]
+    assert logged[-1].startswith(f"campaign: {campaign.CAMPAIGN[2].key} would take about ")
+    assert logged[-1].endswith("left of the budget; it stops before it.")
+    for bad in ("0", "-5", "soon", "inf", "nan", "1e9"):
+        with pytest.raises(SystemExit) as stopped:
+            campaign.main(["next", "--budget", bad])
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument --budget: the seconds the entries may take, more than 0 and at most a week (604800), " \
+               f"are expected; got '{bad}'." in err and "Traceback" not in err
+    assert len(ran) == 2
