@@ -907,7 +907,8 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
     the cheapest (a figure waiting on one run, say); an unknown key is refused before any run.
     ``budget_s``: seconds from now that the entries may take; the next entry starts only if its
     estimate on this kind of CPU (:func:`host_speed`) and an entry's overhead fit what is left,
-    else the campaign stops before it, saying so. ``count`` None: as many as the budget allows."""
+    else the campaign stops before it, saying so; one longer than the whole budget is passed over
+    (said too) for those after it. ``count`` None: as many as the budget allows."""
     unknown = [key for key in first if key not in {e.key for e in CAMPAIGN}]
     if unknown:
         raise ValueError(f"the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)")
@@ -922,19 +923,26 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
         log(f"campaign: a budget of {budget_s:.0f} s; this kind of CPU takes {speed:.2f} times the estimates "
             + (f"(the median of its {made} records)" if made else "(no record was made on it yet: taken as 1)"),
             flush=True)
-    done_here = 0
+    done_here, too_long = 0, set()
     while count is None or done_here < count:
         plan = current_plan(home)
-        todo = [r for r in plan["runs"] if not r["records"]]
+        todo = [r for r in plan["runs"] if not r["records"] and r["key"] not in too_long]
         todo.sort(key=lambda r: first.index(r["key"]) if r["key"] in first else len(first))  # stable: then cheapest
         if not todo:
-            log("campaign: every entry has its record.")
+            log("campaign: every entry has its record." if not too_long else
+                f"campaign: every entry that fits the budget has its record ({len(too_long)} do not).")
             return
         entry = next(e for e in CAMPAIGN if e.key == todo[0]["key"])
         if budget_s is not None:
             speed, _ = host_speed(plan, home, entry.notebook)
             expected = entry.estimate_s * speed + overhead
             left = budget_s - (time.monotonic() - started)
+            if expected > budget_s:  # never fits: the entries after it go on (a GPU, or a longer stretch, runs it)
+                log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the whole "
+                    "budget; it is left for a longer budget or a GPU (device), and the next entry goes on.",
+                    flush=True)
+                too_long.add(entry.key)
+                continue
             if expected > left:
                 log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the "
                     f"{max(left, 0):.0f} s left of the budget; it stops before it.", flush=True)

@@ -778,7 +778,7 @@ def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_est
 def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_path, monkeypatch, capsys):
     """Each entry's expected time is its estimate times this CPU's speed plus an entry's overhead
     (the largest measured so far); the campaign stops before the first that does not fit, saying
-    so, and a bad budget is one sentence before any run."""
+    so, passes over one longer than the whole budget, and a bad budget is one sentence before any run."""
     _project(tmp_path, monkeypatch)
     clock = [0.0]
     monkeypatch.setattr(campaign.time, "monotonic", lambda: clock[0])
@@ -805,6 +805,16 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
     assert "this kind of CPU takes 1.50 times the estimates (the median of its 3 records)" in logged[0]
     assert logged[-1].startswith(f"campaign: {campaign.CAMPAIGN[2].key} would take about ")
     assert logged[-1].endswith("left of the budget; it stops before it.")
+    # an entry longer than the whole budget is passed over for those after it (a GPU, or a longer stretch, runs it)
+    longest = max(campaign.CAMPAIGN, key=lambda e: e.estimate_s)
+    ran.clear()
+    logged.clear()
+    campaign.next_runs(1, commit=False, root=tmp_path, budget_s=1.5 * campaign.CAMPAIGN[2].estimate_s + 200,
+                       first=(longest.key,), log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert ran == [campaign.CAMPAIGN[2].key]
+    assert any(line.startswith(f"campaign: {longest.key} would take about") and "more than the whole budget" in line
+               for line in logged)
+    assert len(ran) == 1
     for bad in ("0", "-5", "soon", "inf", "nan", "1e9"):
         with pytest.raises(SystemExit) as stopped:
             campaign.main(["next", "--budget", bad])
@@ -812,4 +822,4 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
         err = capsys.readouterr().err
         assert f"argument --budget: the seconds the entries may take, more than 0 and at most a week (604800), " \
                f"are expected; got '{bad}'." in err and "Traceback" not in err
-    assert len(ran) == 2
+    assert len(ran) == 1
