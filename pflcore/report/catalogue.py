@@ -757,9 +757,8 @@ TABLES: list[TableSpec] = [
         lambda column, methods, seed: {"settings": [column], "methods": methods, "seeds": [seed]},
         "The paper's metric: the final (round {rounds}) global model scored on the dataset's whole test set; "
         "{num_clients} clients, {clients_per_round} per round, E = {local_epochs}, batch {batch_size}. The paper reports "
-        "mean ± std over its seeds {fedfa_seeds}, which the campaign uses too (for FedAvg and FedFA; the other "
-        "baselines have the first seed under #C = 2, from Figure 4's runs without the feature probe, which never "
-        "changes training).",
+        "mean ± std over its seeds {fedfa_seeds}, which the campaign uses for every row (the baselines' first seed "
+        "under #C = 2 comes from Figure 4's runs without the feature probe, which never changes training).",
         accepts=lambda r: r["config"]["rounds"] == 200,
         claim=_claim("lead", _A, "T2", method="fedfa", over="fedavg", columns=("c2", "dir0.1")),
         claim_words="FedFA is ahead of FedAvg by about ten points under #C = 2 and Dir(0.1).",
