@@ -18,7 +18,7 @@ records (there, passing :func:`pflcore.records.read`, of the entry's run) and th
 committed record of an entry's run is missing from the plan; ``next`` runs nothing while
 they disagree, and a damaged ``plan.json`` is refused in one sentence naming it.
 
-    python -m pflcore.campaign status          # per table the hours left, seeds per row, every run
+    python -m pflcore.campaign status          # per table the hours left (here too), seeds per row, every run
     python -m pflcore.campaign next [--count N | --budget SECONDS] [--first KEY] [--no-commit]
     python -m pflcore.campaign check KEY...    # dry run: the notebook builds the entry's runs, trains none
     python -m pflcore.campaign device --budget SECONDS --out DIR [--table NAME] [--first KEY] [--concurrent K]
@@ -858,8 +858,8 @@ def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None
     model, kernel flags; an older record without one: its CPU's model name), of the record's seconds of rounds over its entry's estimate; and over
     how many records. With ``notebook``, that notebook's records where it has some (kinds of
     CPU differ by workload: an Intel Xeon ran FedFA Table 2 in 0.75 of the AMD-made estimates
-    and FedCP Table 2 in 1.6 times them), else all of them. ``(1.0, 0)`` where none was made
-    on this kind of CPU."""
+    and FedCP Table 2 in 1.6 times them), else its paper's (the same models and data), else
+    all of them. ``(1.0, 0)`` where none was made on this kind of CPU."""
     import statistics
 
     from . import numerics
@@ -883,8 +883,24 @@ def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None
         same = _host(path) == here if numerics.is_known(path) else provenance.get("cpu_model") == here_model
         if same and 0 < seconds < float("inf"):
             ratios.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
-    chosen = ratios.get(notebook) or [x for values in ratios.values() for x in values]
+    paper = (notebook or "").split("/")[0] + "/"
+    chosen = ratios.get(notebook) or [x for nb, values in ratios.items() if nb.startswith(paper) for x in values] \
+        or [x for values in ratios.values() for x in values]
     return (statistics.median(chosen), len(chosen)) if chosen else (1.0, 0)
+
+
+def hours_here(plan: dict, root: Path | None = None) -> dict[str, float]:
+    """Per table of ``plan``, the hours its remaining entries would take on this kind of CPU:
+    each estimate times :func:`host_speed` for its notebook."""
+    speeds: dict[str, float] = {}
+    out = {name: 0.0 for name in plan["tables"]}
+    for r in plan["runs"]:
+        if r["records"]:
+            continue
+        if r["notebook"] not in speeds:
+            speeds[r["notebook"]] = host_speed(plan, root, r["notebook"])[0]
+        out[r["table"]] = out.get(r["table"], 0.0) + r["estimate_s"] * speeds[r["notebook"]] / 3600
+    return out
 
 
 def _rounds_seconds(rels: list[str], root: Path) -> float:
@@ -1123,18 +1139,20 @@ def main(argv: list[str] | None = None) -> int:
         except PlanError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        on_gpu = gpu_entries(plan, root)
+        on_gpu, here = gpu_entries(plan, root), hours_here(plan, root)
         lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded"
                  + (f" ({len(on_gpu)} on a GPU)" if on_gpu else "") + f"; {plan['remaining']} remain, about "
-                 f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds on this kind of machine."]
+                 f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds by the estimates (2 cores), "
+                 f"{sum(here.values()):.1f} h on this kind of CPU."]
         if problems:
             lines.append(f"Not believed: {len(problems)} entries whose records are not on disk as plan.json says; "
                          "they count as not run, and `next` runs nothing until they agree:")
             lines += [f"  {why}." for why in problems.values()]
-        lines.append("Per table: entries recorded of those planned, and the CPU-hours left to make it whole:")
+        lines.append("Per table: entries recorded of those planned, and the CPU-hours left to make it whole "
+                     "(by the estimates, and on this kind of CPU by the speed its records show):")
         width = max(len(name) for name in plan["tables"])
         lines += [f"  {name:{width}s}  {t['done']:3d}/{t['entries']:<3d}  {t['remaining_cpu_hours']:6.1f} h left"
-                  for name, t in plan["tables"].items()]
+                  f"  ({here[name]:.1f} h here)" for name, t in plan["tables"].items()]
         lines.append("Seeds recorded per row, of those planned:")
         for notebook, rows in seeds_per_row(plan).items():
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])

@@ -758,8 +758,9 @@ def test_a_record_left_by_a_stopped_run_is_adopted_and_a_committed_one_outside_t
 
 # ---------------------------------------------------------------- next --budget: every run finishes in its stretch
 def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_estimates(tmp_path, monkeypatch):
-    """A record made here counts for this kind of CPU (its numeric path names it), per notebook;
-    on another kind of CPU nothing is known and the estimates stand (factor 1)."""
+    """A record made here counts for this kind of CPU (its numeric path names it), per notebook,
+    else per paper, else all; on another kind of CPU nothing is known and the estimates stand
+    (factor 1). `status` gives each table's hours on this kind of CPU from it."""
     from pflcore import numerics
 
     _project(tmp_path, monkeypatch)
@@ -769,9 +770,13 @@ def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_est
     campaign.write_plan({"runs": [{"key": entry.key, "records": [rel]}]}, tmp_path)
     plan = campaign.current_plan(tmp_path)
     assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (seconds / entry.estimate_s, 1)
+    assert campaign.host_speed(plan, tmp_path, "fedpac/t3_concept_shift") == (seconds / entry.estimate_s, 1)  # paper's
     assert campaign.host_speed(plan, tmp_path, "fedcp/t2_main") == (seconds / entry.estimate_s, 1)  # all of them
-    here = numerics.numeric_path("cpu")
-    monkeypatch.setattr(numerics, "numeric_path", lambda *a, **k: {**here, "cpu_model_number": "another"})
+    here = campaign.hours_here(plan, tmp_path)
+    left = sum(r["estimate_s"] for r in plan["runs"] if r["table"] == "FedPAC T1 (20 clients)" and not r["records"])
+    assert here["FedPAC T1 (20 clients)"] == pytest.approx(left * seconds / entry.estimate_s / 3600)
+    path = numerics.numeric_path("cpu")
+    monkeypatch.setattr(numerics, "numeric_path", lambda *a, **k: {**path, "cpu_model_number": "another"})
     assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (1.0, 0)
 
 
