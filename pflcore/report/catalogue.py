@@ -487,8 +487,8 @@ _FEDFA_FEDDYN_GAIN = (
     "model with a plain FedAvg server (the note under #C = 2), so the paper's number measures that algorithm. Over "
     "seeds {seeds} our FedDyn ends {above_fedavg} points above our FedAvg in this column, where the paper puts its "
     "FedDyn {paper_above_fedavg} points above its FedAvg, and our FedAvg sits within the tolerance of the paper's: "
-    "the row's distance from the paper's number is FedDyn's own gain over FedAvg, which the algorithm the paper ran "
-    "does not show. What remains: that algorithm's runs in this column, `feddyn variant=fedfa_code`, three seeds in "
+    "the row stands apart from the paper's number because our FedDyn gains more over FedAvg than the paper's does, "
+    "which fits the paper's number measuring another algorithm. What remains: that algorithm's runs in this column, `feddyn variant=fedfa_code`, three seeds in "
     "the campaign's plan (python -m pflcore.campaign status), to tell whether the paper's number is reproduced as "
     "the authors ran it.")
 
