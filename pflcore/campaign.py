@@ -204,8 +204,8 @@ STAGES = (
     "the first campaign: the headline rows' three seeds, the figures' own runs, the investigations of rows "
     "that differ from the paper",
     "FedFA Table 2's label-skew columns whole: FedProx, FedDyn, MOON and FedProc under #C=2, Dir(0.1) and "
-    "Dir(0.5) to three seeds, then the investigations of FedProc's and FedDyn's Dir(0.5) rows (each as FedFA's code "
-    "runs it, three seeds)",
+    "Dir(0.5) to three seeds, then the investigations of FedProc's Dir(0.5) row and FedDyn's Dir(0.5) and Dir(0.1) "
+    "rows (each as FedFA's code runs it, three seeds)",
     "FedFA Table 2's column without label skew (IID): the two rows the paper reports there, FedAvg and FedFA, "
     "three seeds",
     "FedPAC Table 2's ablation as a three-seed table: seeds 1 and 2 of None, w FA and w CC (Both is FedPAC "
@@ -270,13 +270,16 @@ def _second_campaign() -> list[Entry]:
         out.append(Entry("fedfa/t2_label_skew", "dir0.5 fedproc variant=fedfa_code", seed,
                          {"settings": ["dir0.5"], "methods": ["fedproc variant=fedfa_code"], "seeds": [seed]},
                          870, stage=1, investigates=True))
-    # Likewise FedDyn under Dir(0.5), beyond the tolerance above the paper's number (seeds 2021 and 2022 ended 2.3
-    # and 2.8 points above it): FedFA's code runs under that name a fixed pull towards the client's previous local
-    # model with a FedAvg server. Its round does FedDyn's work less the server state: FedDyn's estimate there.
-    for seed in (2021, 2022, 2023):
-        out.append(Entry("fedfa/t2_label_skew", "dir0.5 feddyn variant=fedfa_code", seed,
-                         {"settings": ["dir0.5"], "methods": ["feddyn variant=fedfa_code"], "seeds": [seed]},
-                         910, stage=1, investigates=True))
+    # Likewise FedDyn under Dir(0.5) and Dir(0.1), beyond the tolerance above the paper's numbers (under Dir(0.5)
+    # seeds 2021 and 2022 ended 2.3 and 2.8 points above it, under Dir(0.1) seed 2021 11.4 points, near FedFA's
+    # row): FedFA's code runs under that name a fixed pull towards the client's previous local model with a FedAvg
+    # server. Dir(0.5), where the paper's seeds agree closely, tells whether its number is that algorithm's; Dir(0.1)
+    # is a column of FedFA's claim. Its round does FedDyn's work less the server state: FedDyn's estimate there.
+    for setting, estimate in (("dir0.5", 910), ("dir0.1", 940)):
+        for seed in (2021, 2022, 2023):
+            out.append(Entry("fedfa/t2_label_skew", f"{setting} feddyn variant=fedfa_code", seed,
+                             {"settings": [setting], "methods": ["feddyn variant=fedfa_code"], "seeds": [seed]},
+                             estimate, stage=1, investigates=True))
     # 2. FedPAC Table 2's ablation, one entry per seed as seed 0's: None, w FA and w CC train (seed 0's took
     # 1,187 s, 1,144 s and 1,050 s, its records); Both's config is Table 1's FedPAC run's (the same fingerprint,
     # e2a9355218 and a08668eacc for seeds 1 and 2), so the notebook reads that record and trains it not again.

@@ -796,7 +796,7 @@ TABLES: list[TableSpec] = [
                     "paper defines it, so the paper's number measures another algorithm. That algorithm is `fedproc "
                     "variant=fedfa_code` (list it in the notebook's methods); it has no record under #C = 2 yet. Its "
                     "{n} seeds ({seeds}) are FedProc as its paper defines it."),
-                   ("dir0.5", "feddyn", _FEDFA_FEDDYN_GAIN),
+                   ("dir0.5", "feddyn", _FEDFA_FEDDYN_GAIN), ("dir0.1", "feddyn", _FEDFA_FEDDYN_GAIN),
                    ("dir0.5", "fedproc", _FEDFA_FEDPROC_SCHEDULE)),
         curve_key="acc_weighted", curve_label="pooled accuracy of the global model (%)"),
     TableSpec(
