@@ -700,16 +700,22 @@ def test_each_entry_of_the_second_campaign_names_parameters_and_rows_its_noteboo
         assert seeds == [entry.seed] and entry.estimate_s > 0 and entry.group, entry.key
 
 
-def test_a_row_s_remaining_seeds_are_estimated_from_its_recorded_seeds(tmp_path, monkeypatch):
-    """Once a row has a record, its other seeds' estimate is what the recorded ones took (their
-    summary seconds), and the table's hours left follow; an entry of several records, or without a
-    recorded sibling, keeps the campaign's own estimate."""
+def _plan_with_one_record(tmp_path, monkeypatch):
+    """A project whose plan notes one real toy-scale record, of FedPAC T1's Local seed 0: the
+    entry, the record's seconds of rounds, and the plan as it stands."""
     _project(tmp_path, monkeypatch)
     entry = _t1_local(0)
     rel = _recorded(tmp_path, entry)
     seconds = records.read(tmp_path / rel)["summary"]["seconds"]
     campaign.write_plan({"runs": [{"key": entry.key, "records": [rel]}]}, tmp_path)
-    plan = campaign.current_plan(tmp_path)
+    return entry, seconds, campaign.current_plan(tmp_path)
+
+
+def test_a_row_s_remaining_seeds_are_estimated_from_its_recorded_seeds(tmp_path, monkeypatch):
+    """Once a row has a record, its other seeds' estimate is what the recorded ones took (their
+    summary seconds), and the table's hours left follow; an entry of several records, or without a
+    recorded sibling, keeps the campaign's own estimate."""
+    entry, seconds, plan = _plan_with_one_record(tmp_path, monkeypatch)
     rows = {r["key"]: r for r in plan["runs"]}
     for seed in (1, 2):
         assert rows[_t1_local(seed).key]["estimate_s"] == round(seconds, -1)
@@ -763,12 +769,7 @@ def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_est
     (factor 1). `status` gives each table's hours on this kind of CPU from it."""
     from pflcore import numerics
 
-    _project(tmp_path, monkeypatch)
-    entry = _t1_local(0)
-    rel = _recorded(tmp_path, entry)
-    seconds = records.read(tmp_path / rel)["summary"]["seconds"]
-    campaign.write_plan({"runs": [{"key": entry.key, "records": [rel]}]}, tmp_path)
-    plan = campaign.current_plan(tmp_path)
+    entry, seconds, plan = _plan_with_one_record(tmp_path, monkeypatch)
     assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (seconds / entry.estimate_s, 1)
     assert campaign.host_speed(plan, tmp_path, "fedpac/t3_concept_shift") == (seconds / entry.estimate_s, 1)  # paper's
     assert campaign.host_speed(plan, tmp_path, "fedcp/t2_main") == (seconds / entry.estimate_s, 1)  # all of them
