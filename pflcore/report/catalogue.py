@@ -462,13 +462,6 @@ def _not_in_fedpac_code(method: str) -> str:
             f"{method} cannot be read. ")
 
 
-_FEDFA_ONE_SEED = ("{n} seed(s) so far ({seeds}), and under #C = 2 the global model moves by several points from one "
-                   "evaluated round to the next (the curves below), so one seed's final round is a noisy estimate of "
-                   "the paper's mean over {fedfa_seeds_n} seeds.")
-_FEDFA_BASELINE_SEEDS = (" This row's first seed comes from Figure 4's runs; its seeds {missing_seeds} are in the "
-                         "campaign's plan (python -m pflcore.campaign status).")
-
-
 _FEDFA_FEDPROC_SCHEDULE = (
     "Investigated with its records. FedProc's local loss weighs cross-entropy by t/T and its prototypical "
     "contrastive term by the rest (FedProc's paper, as FedFA's appendix writes it), so cross-entropy weighs little "
@@ -785,12 +778,12 @@ TABLES: list[TableSpec] = [
                     "FedDyn and FedProc are the algorithms of their own papers; FedFA's code runs others under those "
                     "names (their notes).",
                     "Only the Fashion-MNIST columns run here (CIFAR-10 and CIFAR-100 cannot be had)."),
-        row_notes=(("c2", "moon", _FEDFA_ONE_SEED + _FEDFA_BASELINE_SEEDS),
-                   ("c2", "feddyn", "FedFA's code runs, under the name FedDyn, a fixed pull towards the client's "
+        row_notes=(("c2", "feddyn", "FedFA's code runs, under the name FedDyn, a fixed pull towards the client's "
                     "previous local model with a plain FedAvg server, not FedDyn's dynamic regulariser; this row is "
                     "FedDyn as its own paper defines it, so the paper's number measures another algorithm. That "
                     "algorithm is `feddyn variant=fedfa_code` (list it in the notebook's methods); it has no record "
-                    "yet. Its {n} seeds ({seeds}) are FedDyn as its paper defines it."),
+                    "under #C = 2, and the campaign runs it under Dir(0.5) and Dir(0.1) (their notes). Its {n} seeds "
+                    "({seeds}) are FedDyn as its paper defines it."),
                    ("c2", "fedproc", "FedFA's code runs, under the name FedProc, dot-product scores against fixed "
                     "one-hot anchors that are never updated, not FedProc's prototypes; this row is FedProc as its own "
                     "paper defines it, so the paper's number measures another algorithm. That algorithm is `fedproc "
