@@ -868,16 +868,11 @@ def _host(path: dict) -> tuple[str, ...]:
     return tuple(str(path.get(name)) for name in HOST_FIELDS)
 
 
-def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None) -> tuple[float, int]:
-    """How long this kind of CPU takes against the campaign's estimates: the median, over the
-    plan's committed single-run records whose numeric path names this CPU (vendor, family,
-    model, kernel flags; an older record without one: its CPU's model name), of the record's seconds of rounds over its entry's estimate; and over
-    how many records. With ``notebook``, that notebook's records where it has some (kinds of
-    CPU differ by workload: an Intel Xeon ran FedFA Table 2 in 0.75 of the AMD-made estimates
-    and FedCP Table 2 in 1.6 times them), else its paper's (the same models and data), else
-    all of them. ``(1.0, 0)`` where none was made on this kind of CPU."""
-    import statistics
-
+def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
+    """Per notebook, the ratios of seconds of rounds to the entry's estimate of the plan's
+    committed single-run records whose numeric path names this CPU (vendor, family, model,
+    kernel flags; an older record without one: its CPU's model name). Read once: every
+    :func:`host_speed` of a plan draws on the same records."""
     from . import numerics
 
     root = root or project_root()
@@ -899,6 +894,21 @@ def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None
         same = _host(path) == here if numerics.is_known(path) else provenance.get("cpu_model") == here_model
         if same and 0 < seconds < float("inf"):
             ratios.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
+    return ratios
+
+
+def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None,
+               ratios: dict[str, list[float]] | None = None) -> tuple[float, int]:
+    """How long this kind of CPU takes against the campaign's estimates: the median of
+    :func:`host_ratios` (pass them as ``ratios`` to read the records once for many
+    notebooks), and over how many records. With ``notebook``, that notebook's records where
+    it has some (kinds of CPU differ by workload: an Intel Xeon ran FedFA Table 2 in 0.75 of
+    the AMD-made estimates and FedCP Table 2 in 1.6 times them), else its paper's (the same
+    models and data), else all of them. ``(1.0, 0)`` where none was made on this kind of CPU."""
+    import statistics
+
+    if ratios is None:
+        ratios = host_ratios(plan, root)
     paper = (notebook or "").split("/")[0] + "/"
     chosen = ratios.get(notebook) or [x for nb, values in ratios.items() if nb.startswith(paper) for x in values] \
         or [x for values in ratios.values() for x in values]
@@ -908,13 +918,14 @@ def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None
 def hours_here(plan: dict, root: Path | None = None) -> dict[str, float]:
     """Per table of ``plan``, the hours its remaining entries would take on this kind of CPU:
     each estimate times :func:`host_speed` for its notebook."""
+    ratios = host_ratios(plan, root)
     speeds: dict[str, float] = {}
     out = {name: 0.0 for name in plan["tables"]}
     for r in plan["runs"]:
         if r["records"]:
             continue
         if r["notebook"] not in speeds:
-            speeds[r["notebook"]] = host_speed(plan, root, r["notebook"])[0]
+            speeds[r["notebook"]] = host_speed(plan, root, r["notebook"], ratios)[0]
         out[r["table"]] = out.get(r["table"], 0.0) + r["estimate_s"] * speeds[r["notebook"]] / 3600
     return out
 
@@ -1259,14 +1270,16 @@ def _count(text: str) -> int:
 
 
 def _budget(text: str) -> float:
-    """--budget: seconds, more than 0 and at most a week (more is surely a typing error)."""
+    """--budget: seconds, more than 0 and at most a week (the device campaign's limit too)."""
+    from .device_campaign import MAX_BUDGET_S
+
     try:
         seconds = float(text)
     except ValueError:
         seconds = float("nan")
-    if not 0 < seconds <= 7 * 24 * 3600:
+    if not 0 < seconds <= MAX_BUDGET_S:
         raise argparse.ArgumentTypeError(f"the seconds the entries may take, more than 0 and at most a week "
-                                         f"(604800), are expected; got {text!r}.")
+                                         f"({MAX_BUDGET_S:.0f}), are expected; got {text!r}.")
     return seconds
 
 
