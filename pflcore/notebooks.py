@@ -90,12 +90,12 @@ def preset_changes(preset_values: dict, smoke: dict, namespace: dict, given: set
 NOTEBOOK_WRITE_WAIT_S = 5.0
 
 
-def _notebook_cells(path: Path, wait_s: float | None = None) -> list:
+def _notebook_cells(path: Path) -> list:
     """A notebook file's cells, waiting (up to :data:`NOTEBOOK_WRITE_WAIT_S`) while it is being
     written: Jupyter's server saves a notebook by truncating the file and writing it again in
     place, so a kernel reading it during an autosave sees an empty or cut-off file. Returns []
     if it never parses (the caller then reads the kernel's own first cell)."""
-    deadline = time.monotonic() + (NOTEBOOK_WRITE_WAIT_S if wait_s is None else wait_s)
+    deadline = time.monotonic() + NOTEBOOK_WRITE_WAIT_S
     while True:
         try:
             cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])

@@ -410,16 +410,14 @@ def row_gaps(spec: TableSpec, column: str, method: str, cells: dict) -> dict:
 
 
 def note_values(spec: TableSpec, column: str, method: str, cells: dict, variants: dict) -> dict:
-    """The values a row note is filled with: the row's recorded seeds and their number, the seeds
-    of the paper's protocol still missing, the settings quoted (:data:`SETTINGS`), and each variant
-    beside the row: its label and method parameters (``variant``, ``variant_<name>``)."""
+    """The values a row note is filled with: the row's recorded seeds and their number, the
+    settings quoted (:data:`SETTINGS`), and each variant beside the row: its label and method
+    parameters (``variant``, ``variant_<name>``)."""
     cell = cells.get((column, method))
     seeds = cell.seeds() if cell is not None else []
     values = {**SETTINGS, "n": len(seeds), "seeds": ", ".join(map(str, seeds)) or "none"}
     if method == "pfedme":
         values.update(_pfedme_settings())
-    if spec.paper == "fedfa":
-        values["missing_seeds"] = " and ".join(str(s) for s in FEDFA_SEEDS if s not in seeds) or "none"
     if cell is not None and cell.runs:
         values.update(late_rise(sorted(cell.runs, key=lambda r: r["seed"]), spec.curve_key))
         values.update(row_gaps(spec, column, method, cells))
