@@ -83,7 +83,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import records
+from . import record_schema, records
 from .processes import process_tree
 from .atomic import atomic_write_bytes
 
@@ -629,7 +629,7 @@ def adopt(source: Path, root: Path | None = None, commit: bool = True, log=print
 
 def _adopt(source: Path, root: Path, commit: bool, log, campaign) -> list[str]:
     try:
-        manifest = json.loads(records.read_regular(source / MANIFEST, source).decode("utf-8"))
+        manifest = json.loads(record_schema.read_regular(source / MANIFEST, source).decode("utf-8"))
         assert isinstance(manifest, dict) and manifest.get("kind") == KIND and isinstance(manifest.get("runs"), list)
     except records.RecordError:
         raise DeviceCampaignError(f"{source} has no readable {MANIFEST}, so it is no device campaign's folder.") \
@@ -769,7 +769,7 @@ def replication(record: dict, rel: str, target: Path, entry, root: Path, campaig
     if path.exists() or path.is_symlink():
         raise DeviceCampaignError(f"refused, nothing adopted: {rel} would replace the replication "
                                   f"{path.relative_to(root)}, kept already.")
-    records.validate(kept, path)
+    record_schema.validate(kept, path)
     return str(path.relative_to(root)), kept, comparison
 
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import numerics, records
+from . import numerics, record_schema, records
 from .errors import ConfigError
 
 
@@ -60,7 +60,7 @@ def replicate(record_path: str | Path, keep: bool = False, out: str | Path | Non
                 mine = record_of(result, record["notebook"])
                 mine["replication_of"] = replication_of(record_path, record, comparison)
                 target = replication_path(record_path, mine)
-                records.validate(mine, target)
+                record_schema.validate(mine, target)
                 records._dump(mine, target)
                 comparison["written"] = str(target)
                 log(f"replication record written: {target}")
@@ -96,7 +96,7 @@ def rejudge(replication: str | Path) -> dict:
     comparison["verdict"] = records.verdict(comparison)
     comparison["record_path"] = record_path
     mine["replication_of"] = replication_of(record_path, record, comparison)
-    records.validate(mine, path)
+    record_schema.validate(mine, path)
     records._dump(mine, path)
     return comparison
 
