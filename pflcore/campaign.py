@@ -916,9 +916,12 @@ def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None
 
 
 def hours_here(plan: dict, root: Path | None = None) -> dict[str, float]:
-    """Per table of ``plan``, the hours its remaining entries would take on this kind of CPU:
-    each estimate times :func:`host_speed` for its notebook."""
+    """Per table of ``plan``, the hours its remaining entries would take on this kind of CPU, as
+    ``next --budget`` reckons them: each entry's own estimate (:attr:`Entry.estimate_s`, what
+    :func:`host_speed` is measured against; never the plan's estimate from a row's recorded
+    seeds, which may have run here already) times :func:`host_speed` for its notebook."""
     ratios = host_ratios(plan, root)
+    known = {e.key: e for e in CAMPAIGN}
     speeds: dict[str, float] = {}
     out = {name: 0.0 for name in plan["tables"]}
     for r in plan["runs"]:
@@ -926,7 +929,8 @@ def hours_here(plan: dict, root: Path | None = None) -> dict[str, float]:
             continue
         if r["notebook"] not in speeds:
             speeds[r["notebook"]] = host_speed(plan, root, r["notebook"], ratios)[0]
-        out[r["table"]] = out.get(r["table"], 0.0) + r["estimate_s"] * speeds[r["notebook"]] / 3600
+        estimate = known[r["key"]].estimate_s if r["key"] in known else r["estimate_s"]
+        out[r["table"]] = out.get(r["table"], 0.0) + estimate * speeds[r["notebook"]] / 3600
     return out
 
 

@@ -774,8 +774,13 @@ def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_est
     assert campaign.host_speed(plan, tmp_path, "fedpac/t3_concept_shift") == (seconds / entry.estimate_s, 1)  # paper's
     assert campaign.host_speed(plan, tmp_path, "fedcp/t2_main") == (seconds / entry.estimate_s, 1)  # all of them
     here = campaign.hours_here(plan, tmp_path)
-    left = sum(r["estimate_s"] for r in plan["runs"] if r["table"] == "FedPAC T1 (20 clients)" and not r["records"])
-    assert here["FedPAC T1 (20 clients)"] == pytest.approx(left * seconds / entry.estimate_s / 3600)
+    own = {e.key: e.estimate_s for e in campaign.CAMPAIGN}
+    left = [r for r in plan["runs"] if r["table"] == "FedPAC T1 (20 clients)" and not r["records"]]
+    assert here["FedPAC T1 (20 clients)"] == pytest.approx(sum(own[r["key"]] for r in left) * seconds
+                                                           / entry.estimate_s / 3600)
+    # Local's other seeds are estimated in the plan from the record (made here): that estimate is
+    # this CPU's already, and is not scaled by this CPU's speed a second time
+    assert any(r["measured"] for r in left) and sum(own[r["key"]] for r in left) != sum(r["estimate_s"] for r in left)
     path = numerics.numeric_path("cpu")
     monkeypatch.setattr(numerics, "numeric_path", lambda *a, **k: {**path, "cpu_model_number": "another"})
     assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (1.0, 0)
