@@ -423,6 +423,12 @@ TABLE_NOTEBOOKS = ("pfedfda/t1_covariate_shift", "fedfa/t2_label_skew", "fedpac/
 CAMPAIGN: list[Entry] = _entries()
 
 
+def entries_by_key() -> dict[str, Entry]:
+    """The campaign's entries by key, read from :data:`CAMPAIGN` when called (so a test that
+    replaces it is seen)."""
+    return {e.key: e for e in CAMPAIGN}
+
+
 def plan_path(root: Path | None = None) -> Path:
     return (root or project_root()) / records.RECORDS_FOLDER / PLAN
 
@@ -472,7 +478,7 @@ def read_plan(root: Path | None = None) -> dict:
         raise refuse(f"it holds {_kind(plan)}, not a mapping with 'runs'")
     if not isinstance(plan.get("runs"), list):
         raise refuse("its 'runs' is missing" if "runs" not in plan else f"its 'runs' is {_kind(plan['runs'])}, not a list")
-    known = {e.key: e for e in CAMPAIGN}
+    known = entries_by_key()
     seen: set[str] = set()
     for i, run in enumerate(plan["runs"]):
         where = f"run {i + 1} of 'runs'"
@@ -516,7 +522,7 @@ def verify_records(plan: dict, root: Path | None = None) -> dict[str, str]:
     while a record of its run lies on disk, claimed by no entry (a plan emptied or edited by
     hand). An entry in the result is not done, whatever ``plan.json`` says."""
     root = root or project_root()
-    known = {e.key: e for e in CAMPAIGN}
+    known = entries_by_key()
     problems: dict[str, str] = {}
     read: dict[str, tuple[dict | None, str]] = {}  # path -> (record, why not)
 
@@ -706,7 +712,7 @@ def measured_seconds(done: dict[str, list[str]], root: Path | None = None) -> di
     (each record's ``summary.seconds``), from the records ``done`` notes (entry key -> paths); a
     record that cannot be read is left out (:func:`verify_records` says why)."""
     root = root or project_root()
-    known = {e.key: e for e in CAMPAIGN}
+    known = entries_by_key()
     out: dict[tuple[str, str], list[float]] = {}
     for key, rels in done.items():
         entry = known.get(key)
@@ -877,7 +883,7 @@ def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
 
     root = root or project_root()
     here, here_model = _host(numerics.numeric_path("cpu")), records.cpu_model()
-    known = {e.key: e for e in CAMPAIGN}
+    known = entries_by_key()
     ratios: dict[str, list[float]] = {}
     for r in plan["runs"]:
         entry = known.get(r["key"])
@@ -921,7 +927,7 @@ def hours_here(plan: dict, root: Path | None = None) -> dict[str, float]:
     :func:`host_speed` is measured against; never the plan's estimate from a row's recorded
     seeds, which may have run here already) times :func:`host_speed` for its notebook."""
     ratios = host_ratios(plan, root)
-    known = {e.key: e for e in CAMPAIGN}
+    known = entries_by_key()
     speeds: dict[str, float] = {}
     out = {name: 0.0 for name in plan["tables"]}
     for r in plan["runs"]:
@@ -956,7 +962,7 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
     estimate on this kind of CPU (:func:`host_speed`) and an entry's overhead fit what is left,
     else the campaign stops before it, saying so; one longer than the whole budget is passed over
     (said too) for those after it. ``count`` None: as many as the budget allows."""
-    unknown = [key for key in first if key not in {e.key for e in CAMPAIGN}]
+    unknown = [key for key in first if key not in entries_by_key()]
     if unknown:
         raise ValueError(f"the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)")
     root = root or project_root()
@@ -979,7 +985,7 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
             log("campaign: every entry has its record." if not too_long else
                 f"campaign: every entry that fits the budget has its record ({len(too_long)} do not).")
             return
-        entry = next(e for e in CAMPAIGN if e.key == todo[0]["key"])
+        entry = entries_by_key()[todo[0]["key"]]
         if budget_s is not None:
             speed, _ = host_speed(plan, home, entry.notebook)
             expected = entry.estimate_s * speed + overhead
@@ -1199,7 +1205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("device", "adopt"):
         return _device_commands(args, root)
     if args.command == "check":
-        known = {e.key: e for e in CAMPAIGN}
+        known = entries_by_key()
         unknown = [key for key in args.keys if key not in known]
         if unknown:
             print(f"error: the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)",

@@ -401,7 +401,7 @@ def device_campaign(budget: float, out: Path, root: Path | None = None, device: 
     campaign.refuse_unbelieved(root)
     plan = campaign.current_plan(root)
     check_selection(plan, list(tables), list(first))
-    known = {e.key: e for e in campaign.CAMPAIGN}
+    known = campaign.entries_by_key()
     todo = [r for r in plan["runs"] if not r["records"] and (not tables or r["table"] in tables
                                                              or r["notebook"] in tables)]
     todo.sort(key=lambda r: first_order(r, first))
@@ -644,7 +644,7 @@ def _adopt(source: Path, root: Path, commit: bool, log, campaign) -> list[str]:
     campaign.refuse_unbelieved(root)
     plan = campaign.current_plan(root)
     rows = {r["key"]: r for r in plan["runs"]}
-    known = {e.key: e for e in campaign.CAMPAIGN}
+    known = campaign.entries_by_key()
     found = sorted((source / records.RECORDS_FOLDER).rglob("*.json")) \
         if (source / records.RECORDS_FOLDER).is_dir() else []
     if not found:
