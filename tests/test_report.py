@@ -639,6 +639,32 @@ def test_the_fedfa_feddyn_note_s_account_of_its_gain_holds_for_the_shipped_recor
         assert any(e.label == f"{column} feddyn variant=fedfa_code" for e in campaign.CAMPAIGN), column
 
 
+def test_the_fedfa_fedproc_note_s_account_of_the_authors_algorithm_holds_for_the_shipped_records():
+    """FedFA Table 2's note on FedProc under Dir(0.5) says the row ends below FedAvg where the
+    paper's FedProc is above it, and that the algorithm FedFA's code runs as FedProc (the
+    variant), over three seeds, sits below the paper's number and is judged reproduced: a record
+    that breaks this makes the note wrong."""
+    from pflcore.report import MIN_SEEDS, judge
+    from pflcore.report.catalogue import config_values, fill, note_values
+
+    spec = next(t for t in TABLES if t.notebook == "fedfa/t2_label_skew")
+    shipped = list(records.all_records(ROOT / "reproductions" / spec.notebook))
+    cells, variants = cells_of(spec, shipped), variant_cells(spec, shipped)
+    noted = [(column, template) for column, method, template in spec.row_notes
+             if method == "fedproc" and "judged reproduced" in template]
+    assert [column for column, _ in noted] == ["dir0.5"]
+    for column, template in noted:
+        values = {**config_values(spec, shipped, ROOT), **note_values(spec, column, "fedproc", cells, variants)}
+        note = fill(template, values)
+        assert "{" not in note and "`fedproc variant=fedfa_code`" in note
+        ours, fedavg = cells[(column, "fedproc")], cells[(column, "fedavg")]
+        assert ours.mean(spec.metric) < fedavg.mean(spec.metric) and ours.paper > fedavg.paper
+        variant = variants[(column, "fedproc variant=fedfa_code")]
+        assert variant.n >= MIN_SEEDS and variant.paper == ours.paper
+        assert variant.mean(spec.metric) < variant.paper and float(values["variant_below_paper"]) > 0
+        assert judge(variant.values(spec.metric), variant.paper).status == "reproduced"
+
+
 def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
     notebooks = {p.relative_to(ROOT / "notebooks").with_suffix("").as_posix()
                  for p in (ROOT / "notebooks").glob("*/*.ipynb") if p.parent.name in ("fedpac", "fedcp", "fedfa",
