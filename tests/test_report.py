@@ -618,9 +618,11 @@ def test_the_fedpac_ablation_note_s_account_of_w_fa_holds_for_the_shipped_record
 def test_the_fedfa_feddyn_note_s_account_of_its_gain_holds_for_the_shipped_records():
     """FedFA Table 2's notes on FedDyn beyond #C = 2 say that our FedDyn gains more over our FedAvg
     than the paper's FedDyn over its FedAvg, and that our FedAvg sits within the tolerance of the
-    paper's; where a note says the algorithm FedFA's code runs as FedDyn (the variant) is judged
-    reproduced, its three seeds are, below the paper's number and below our FedDyn: a record that
-    breaks this makes the note wrong."""
+    paper's; and that the algorithm FedFA's code runs as FedDyn (the variant) sits below our
+    FedDyn, with its three seeds judged reproduced below the paper's number, or inconclusive only
+    by their spread (within the tolerance, above the paper's number, and spread like our FedAvg);
+    the note under #C = 2 says both are within the tolerance: a record that breaks this makes a
+    note wrong."""
     from pflcore.report import MIN_SEEDS, judge
     from pflcore.report.catalogue import config_values, fill, note_values
 
@@ -639,12 +641,20 @@ def test_the_fedfa_feddyn_note_s_account_of_its_gain_holds_for_the_shipped_recor
         j = judge(fedavg.values(spec.metric), fedavg.paper)
         assert abs(j.gap) <= j.tolerance, (column, j)
         assert any(e.label == f"{column} feddyn variant=fedfa_code" for e in campaign.CAMPAIGN), column
+        variant = variants[(column, "feddyn variant=fedfa_code")]
+        assert variant.n >= MIN_SEEDS and variant.paper == ours.paper, column
+        assert variant.mean(spec.metric) < ours.mean(spec.metric), column
+        v = judge(variant.values(spec.metric), variant.paper)
+        assert abs(v.gap) <= v.tolerance, (column, v)  # what the note under #C = 2 says of both
         if "judged reproduced" in template:
-            variant = variants[(column, "feddyn variant=fedfa_code")]
-            assert variant.n >= MIN_SEEDS and variant.paper == ours.paper, column
-            assert judge(variant.values(spec.metric), variant.paper).status == "reproduced", column
-            assert variant.mean(spec.metric) < min(variant.paper, ours.mean(spec.metric)), column
-    assert any("judged reproduced" in template for _, template in noted)
+            assert v.status == "reproduced" and variant.mean(spec.metric) < variant.paper, (column, v)
+        else:
+            assert "judged inconclusive only because their seeds spread wider" in template, column
+            assert v.status == "inconclusive" and v.half_width > v.tolerance, (column, v)
+            assert variant.mean(spec.metric) > variant.paper and j.half_width > j.tolerance, (column, j)
+    assert sorted(column for column, _ in noted) == ["dir0.1", "dir0.5"]
+    c2 = spec.row_note("c2", "feddyn")
+    assert c2 is not None and "within the tolerance of the paper's numbers (their notes)" in c2
 
 
 def test_the_fedfa_fedproc_note_s_account_of_the_authors_algorithm_holds_for_the_shipped_records():
@@ -659,7 +669,7 @@ def test_the_fedfa_fedproc_note_s_account_of_the_authors_algorithm_holds_for_the
     shipped = list(records.all_records(ROOT / "reproductions" / spec.notebook))
     cells, variants = cells_of(spec, shipped), variant_cells(spec, shipped)
     noted = [(column, template) for column, method, template in spec.row_notes
-             if method == "fedproc" and "judged reproduced" in template]
+             if method == "fedproc" and "That algorithm's runs in this column" in template]
     assert [column for column, _ in noted] == ["dir0.5"]
     for column, template in noted:
         values = {**config_values(spec, shipped, ROOT), **note_values(spec, column, "fedproc", cells, variants)}
@@ -671,6 +681,7 @@ def test_the_fedfa_fedproc_note_s_account_of_the_authors_algorithm_holds_for_the
         assert variant.n >= MIN_SEEDS and variant.paper == ours.paper
         assert variant.mean(spec.metric) < variant.paper and float(values["variant_below_paper"]) > 0
         assert judge(variant.values(spec.metric), variant.paper).status == "reproduced"
+    assert "under Dir(0.5) its seeds are judged reproduced" in spec.row_note("c2", "fedproc")
 
 
 def test_the_catalogue_covers_every_notebook_and_each_table_has_a_protocol():
