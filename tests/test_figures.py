@@ -109,6 +109,7 @@ def test_the_setting_in_words_says_fedfa_s_skews_as_the_paper_does():
 
     assert words("c2") == "Fashion-MNIST, 100 clients, #C=2, 10% per round, E=5, 200 rounds"
     assert words("dir0.1") == "Fashion-MNIST, 100 clients, Dir(0.1), 10% per round, E=5, 200 rounds"
+    assert words("iid") == "Fashion-MNIST, 100 clients, IID, 10% per round, E=5, 200 rounds"
 
 
 def test_weight_heatmaps_scale_to_the_data_draw_groups_and_readable_ticks():

@@ -96,7 +96,7 @@ def _words(config) -> dict[str, str]:
               "fedfa_shards": ("shards_per_client", "#C={}", 2, False),
               "fedfa_dirichlet": ("alpha", "Dir({})", None, False),
               "pfllib_dirichlet": ("alpha", "Dir({})", 0.1, False)}.get(kind)
-    partition = kind
+    partition = {"iid": "IID"}.get(kind, kind)  # as the papers write it
     if detail and part.get(detail[0], detail[2]) is not None:
         value = part.get(detail[0], detail[2])
         said = detail[1].format(f"{value:.0%}" if kind == "dominant" else value)
