@@ -470,6 +470,11 @@ def _not_in_fedpac_code(method: str) -> str:
             f"{method} cannot be read. ")
 
 
+#: FedFA Table 2: what the algorithm FedFA's code runs under a row's name (its ``variant``) reaches.
+_FEDFA_VARIANT_RUNS = (
+    ". That algorithm's runs in this column (`{variant}`, the line below this row), over seeds {variant_seeds}, reach "
+    "{variant_mean} on average, ")
+
 _FEDFA_FEDPROC_SCHEDULE = (
     "Investigated with its records. FedProc's local loss weighs cross-entropy by t/T and its prototypical "
     "contrastive term by the rest (FedProc's paper, as FedFA's appendix writes it), so cross-entropy weighs little "
@@ -478,11 +483,9 @@ _FEDFA_FEDPROC_SCHEDULE = (
     "best of all {rounds}, and the row ends {below_fedavg} points below FedAvg's, where the paper puts its FedProc "
     "{paper_above_fedavg} points above FedAvg. FedFA's code runs another algorithm under this name (the note under "
     "#C = 2): dot-product scores against fixed one-hot anchors in place of the prototypes, under the same t/T "
-    "weighting. That algorithm's runs in "
-    "this column (`{variant}`, the line below this row), over seeds {variant_seeds}, reach {variant_mean} on "
-    "average, {variant_below_paper} points below the paper's number, and are judged reproduced: the paper's number "
-    "is reproduced as the authors' code runs FedProc, so this row's gap comes from which algorithm runs under the "
-    "name, not from the column's data or training.")
+    "weighting" + _FEDFA_VARIANT_RUNS + "{variant_below_paper} points below the paper's number, and are judged "
+    "reproduced: the paper's number is reproduced as the authors' code runs FedProc, so this row's gap comes from "
+    "which algorithm runs under the name, not from the column's data or training.")
 
 
 _FEDFA_FEDDYN_OPENING = (
@@ -492,20 +495,16 @@ _FEDFA_FEDDYN_OPENING = (
     "seeds {seeds} our FedDyn ends {above_fedavg} points above our FedAvg in this column, where the paper puts its "
     "FedDyn {paper_above_fedavg} points above its FedAvg, and our FedAvg sits within the tolerance of the paper's")
 
-_FEDFA_FEDDYN_VARIANT = (
-    ". That algorithm's runs in this column (`{variant}`, the line below this row), over seeds {variant_seeds}, reach "
-    "{variant_mean} on average, ")
-
 _FEDFA_FEDDYN_ENDING = (
     ": the paper's number is matched by the algorithm the authors' code runs as FedDyn, and this row stands apart "
     "from it because FedDyn as its own paper defines it gains more over FedAvg than that algorithm does.")
 
 #: Dir(0.5): the variant's three seeds are judged reproduced.
-_FEDFA_FEDDYN_AS_RAN = (_FEDFA_FEDDYN_OPENING + _FEDFA_FEDDYN_VARIANT + "{variant_below_paper} points below the "
+_FEDFA_FEDDYN_AS_RAN = (_FEDFA_FEDDYN_OPENING + _FEDFA_VARIANT_RUNS + "{variant_below_paper} points below the "
                         "paper's number, and are judged reproduced" + _FEDFA_FEDDYN_ENDING)
 
 #: Dir(0.1): the variant's mean is within the tolerance, its seeds spread wider than it.
-_FEDFA_FEDDYN_AS_RAN_SPREAD = (_FEDFA_FEDDYN_OPENING + _FEDFA_FEDDYN_VARIANT + "{variant_above_paper} points above "
+_FEDFA_FEDDYN_AS_RAN_SPREAD = (_FEDFA_FEDDYN_OPENING + _FEDFA_VARIANT_RUNS + "{variant_above_paper} points above "
                                "the paper's number and within the tolerance of it, and are judged inconclusive only "
                                "because their seeds spread wider than the tolerance, as this column's FedAvg does"
                                + _FEDFA_FEDDYN_ENDING)
