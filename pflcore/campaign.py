@@ -31,9 +31,10 @@ says how K and the budget rule are chosen, and why a GPU record of an entry's ru
 entry's record: ``device`` and ``workers`` are not in a config's fingerprint). ``status`` marks
 entries whose records ran on a GPU, and the estimates from measured seconds take CPU records only.
 
-``next --budget SECONDS`` runs entries in order while the next one fits what is left of the
+``next --budget SECONDS`` runs entries in order, each only if it fits what is left of the
 budget (:func:`host_speed`: its estimate scaled by how this kind of CPU ran the entries it
-recorded), so that every run finishes in the stretch of compute that starts it.
+recorded), so that every run finishes in the stretch of compute that starts it; where the next
+does not fit what is left, the first after it that fits goes on (as ``device`` fills its budget).
 """
 from __future__ import annotations
 
@@ -958,10 +959,10 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
     A separate checkout as ``root`` keeps the code of a long campaign fixed (and its records'
     commit clean) while work goes on in ``home``. ``first``: keys of entries to run before
     the cheapest (a figure waiting on one run, say); an unknown key is refused before any run.
-    ``budget_s``: seconds from now that the entries may take; the next entry starts only if its
-    estimate on this kind of CPU (:func:`host_speed`) and an entry's overhead fit what is left,
-    else the campaign stops before it, saying so; one longer than the whole budget is passed over
-    (said too) for those after it. ``count`` None: as many as the budget allows."""
+    ``budget_s``: seconds from now that the entries may take; an entry starts only if its
+    estimate on this kind of CPU (:func:`host_speed`) and an entry's overhead fit what is left
+    (:func:`_first_that_fits`: where the next does not, the first after it that does, said; one
+    longer than the whole budget is passed over for good). ``count`` None: as many as the budget allows."""
     unknown = [key for key in first if key not in entries_by_key()]
     if unknown:
         raise ValueError(f"the campaign has no entry {unknown[0]!r} (python -m pflcore.campaign status lists them)")
@@ -985,20 +986,12 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
             log("campaign: every entry has its record." if not too_long else
                 f"campaign: every entry that fits the budget has its record ({len(too_long)} do not).")
             return
-        entry = entries_by_key()[todo[0]["key"]]
+        known = entries_by_key()
+        entry = known[todo[0]["key"]]
         if budget_s is not None:
-            speed, _ = host_speed(plan, home, entry.notebook)
-            expected = entry.estimate_s * speed + overhead
-            left = budget_s - (time.monotonic() - started)
-            if expected > budget_s:  # never fits: the entries after it go on (a GPU, or a longer stretch, runs it)
-                log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the whole "
-                    "budget; it is left for a longer budget or a GPU (device), and the next entry goes on.",
-                    flush=True)
-                too_long.add(entry.key)
-                continue
-            if expected > left:
-                log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the "
-                    f"{max(left, 0):.0f} s left of the budget; it stops before it.", flush=True)
+            entry = _first_that_fits([known[r["key"]] for r in todo], plan, home, budget_s, overhead,
+                                     budget_s - (time.monotonic() - started), too_long, log)
+            if entry is None:
                 return
         log(f"campaign: {entry.key} (estimate {entry.estimate_s:.0f} s; {len(todo) - 1} more after it)", flush=True)
         t0 = time.time()
@@ -1028,6 +1021,39 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
             _commit(home, [*written, str(path.relative_to(home))], f"Record: {entry.key}", log)
         if written and redraw_figures(root, home, out, log, reuse=executed) and commit:
             _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
+
+
+def _first_that_fits(todo: list[Entry], plan: dict, home: Path, budget_s: float, overhead: float, left: float,
+                     too_long: set[str], log) -> Entry | None:
+    """The first of ``todo`` (in the campaign's order) whose expected time on this kind of CPU
+    (its estimate times :func:`host_speed` for its notebook, plus an entry's ``overhead``) fits
+    the ``left`` seconds of the budget, as the device campaign fills its budget. An entry longer
+    than the whole budget joins ``too_long`` (a GPU, or a longer stretch, runs it); one that fits
+    the budget but not what is left waits for the next stretch, and the first after it that fits
+    goes on, so the end of a stretch is not left idle. None, said, when nothing left fits."""
+    ratios = host_ratios(plan, home)
+    speeds: dict[str, float] = {}
+    waiting = None
+    for entry in todo:
+        if entry.notebook not in speeds:
+            speeds[entry.notebook] = host_speed(plan, home, entry.notebook, ratios=ratios)[0]
+        expected = entry.estimate_s * speeds[entry.notebook] + overhead
+        if expected > budget_s:
+            log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the whole "
+                "budget; it is left for a longer budget or a GPU (device), and the next entry goes on.", flush=True)
+            too_long.add(entry.key)
+        elif expected <= left:
+            if waiting is not None:
+                log(f"campaign: {waiting[0].key} would take about {waiting[1]:.0f} s on this CPU, more than the "
+                    f"{max(left, 0):.0f} s left of the budget; it waits for the next stretch, and the first entry "
+                    f"after it that fits goes on: {entry.key}.", flush=True)
+            return entry
+        elif waiting is None:
+            waiting = (entry, expected)
+    if waiting is not None:
+        log(f"campaign: {waiting[0].key} would take about {waiting[1]:.0f} s on this CPU, more than the "
+            f"{max(left, 0):.0f} s left of the budget, and no entry after it fits; it stops before it.", flush=True)
+    return None
 
 
 def refuse_unbelieved(home: Path) -> None:
@@ -1134,8 +1160,8 @@ def main(argv: list[str] | None = None) -> int:
     nxt.add_argument("--count", type=_count, help="how many entries to run (default: 1, or as many as --budget "
                                                   "allows)")
     nxt.add_argument("--budget", type=_budget, metavar="SECONDS",
-                     help="seconds the entries may take from now: the next starts only if its estimate on this kind "
-                          "of CPU fits what is left")
+                     help="seconds the entries may take from now: an entry starts only if its estimate on this kind "
+                          "of CPU fits what is left (where the next does not, the first after it that does)")
     nxt.add_argument("--no-commit", action="store_true")
     nxt.add_argument("--home", type=Path, help="project whose reproductions/ receives the records (default: this one)")
     nxt.add_argument("--first", action="append", default=[], metavar="KEY",

@@ -788,13 +788,14 @@ def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_est
 
 def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_path, monkeypatch, capsys):
     """Each entry's expected time is its estimate times this CPU's speed plus an entry's overhead
-    (the largest measured so far); the campaign stops before the first that does not fit, saying
-    so, passes over one longer than the whole budget, and a bad budget is one sentence before any run."""
+    (the largest measured so far); where the next does not fit what is left, the first after it
+    that fits goes on, and the campaign stops, saying so, when none does; one longer than the whole
+    budget is passed over, and a bad budget is one sentence before any run."""
     _project(tmp_path, monkeypatch)
     clock = [0.0]
     monkeypatch.setattr(campaign.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(campaign.time, "time", lambda: clock[0])
-    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None: (1.5, 3))
+    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (1.5, 3))
     monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
     monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
     ran, logged, rounds = [], [], {}
@@ -815,7 +816,7 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
     assert ran == [e.key for e in campaign.CAMPAIGN[:2]]
     assert "this kind of CPU takes 1.50 times the estimates (the median of its 3 records)" in logged[0]
     assert logged[-1].startswith(f"campaign: {campaign.CAMPAIGN[2].key} would take about ")
-    assert logged[-1].endswith("left of the budget; it stops before it.")
+    assert logged[-1].endswith("left of the budget, and no entry after it fits; it stops before it.")
     # an entry longer than the whole budget is passed over for those after it (a GPU, or a longer stretch, runs it)
     longest = max(campaign.CAMPAIGN, key=lambda e: e.estimate_s)
     ran.clear()
@@ -826,6 +827,21 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
     assert any(line.startswith(f"campaign: {longest.key} would take about") and "more than the whole budget" in line
                for line in logged)
     assert len(ran) == 1
+    # the next entry does not fit what is left, a later one does: that one goes on, and the stretch ends full
+    before, after = campaign.CAMPAIGN[3], campaign.CAMPAIGN[4]
+    wide = next(e for e in campaign.CAMPAIGN
+                if after.estimate_s + 1 < e.estimate_s < before.estimate_s + after.estimate_s)
+    ran.clear()
+    logged.clear()
+    campaign.next_runs(None, commit=False, root=tmp_path, first=(before.key, wide.key, after.key),
+                       budget_s=1.5 * before.estimate_s + 30 + 1.5 * after.estimate_s + campaign.ENTRY_OVERHEAD_S + 1,
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert ran == [before.key, after.key]
+    expected = f"campaign: {wide.key} would take about {1.5 * wide.estimate_s + campaign.ENTRY_OVERHEAD_S:.0f} s"
+    assert any(line.startswith(expected) and line.endswith(
+        f"it waits for the next stretch, and the first entry after it that fits goes on: {after.key}.")
+        for line in logged)
+    assert logged[-1].startswith(expected) and logged[-1].endswith("no entry after it fits; it stops before it.")
     for bad in ("0", "-5", "soon", "inf", "nan", "1e9"):
         with pytest.raises(SystemExit) as stopped:
             campaign.main(["next", "--budget", bad])
@@ -833,4 +849,4 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
         err = capsys.readouterr().err
         assert f"argument --budget: the seconds the entries may take, more than 0 and at most a week (604800), " \
                f"are expected; got '{bad}'." in err and "Traceback" not in err
-    assert len(ran) == 1
+    assert len(ran) == 2  # the bad budgets ran nothing
