@@ -33,7 +33,8 @@ entries whose records ran on a GPU, and the estimates from measured seconds take
 
 ``next --budget SECONDS`` runs entries in order, each only if it fits what is left of the
 budget (:func:`host_speed`: its estimate scaled by how this kind of CPU ran the entries it
-recorded), so that every run finishes in the stretch of compute that starts it; where the next
+recorded, or by how this stretch ran its notebook once it has), so that every run finishes in
+the stretch of compute that starts it; where the next
 does not fit what is left, the first after it that fits goes on (as ``device`` fills its budget).
 """
 from __future__ import annotations
@@ -978,6 +979,7 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
             + (f"(the median of its {made} records)" if made else "(no record was made on it yet: taken as 1)"),
             flush=True)
     done_here, too_long = 0, set()
+    this_stretch: dict[str, float] = {}  # notebook -> the slowest ratio of seconds to estimate measured in this call
     while count is None or done_here < count:
         plan = current_plan(home)
         todo = [r for r in plan["runs"] if not r["records"] and r["key"] not in too_long]
@@ -990,7 +992,7 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
         entry = known[todo[0]["key"]]
         if budget_s is not None:
             entry = _first_that_fits([known[r["key"]] for r in todo], plan, home, budget_s, overhead,
-                                     budget_s - (time.monotonic() - started), too_long, log)
+                                     budget_s - (time.monotonic() - started), too_long, log, this_stretch)
             if entry is None:
                 return
         log(f"campaign: {entry.key} (estimate {entry.estimate_s:.0f} s; {len(todo) - 1} more after it)", flush=True)
@@ -999,6 +1001,9 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
         claimed = {rel for r in plan["runs"] for rel in r["records"]}
         written = run_entry(entry, root, out)
         written += [rel for rel in leftovers(entry, root, claimed) if rel not in written]  # from a stopped run
+        ran_s = _rounds_seconds(written, root)
+        if ran_s > 0:  # how this stretch's machine runs this notebook, against the entry's estimate
+            this_stretch[entry.notebook] = max(this_stretch.get(entry.notebook, 0.0), ran_s / entry.estimate_s)
         if home != root:
             for rel in written:
                 (home / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -1024,15 +1029,18 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
 
 
 def _first_that_fits(todo: list[Entry], plan: dict, home: Path, budget_s: float, overhead: float, left: float,
-                     too_long: set[str], log) -> Entry | None:
+                     too_long: set[str], log, this_stretch: dict[str, float] | None = None) -> Entry | None:
     """The first of ``todo`` (in the campaign's order) whose expected time on this kind of CPU
     (its estimate times :func:`host_speed` for its notebook, plus an entry's ``overhead``) fits
-    the ``left`` seconds of the budget, as the device campaign fills its budget. An entry longer
+    the ``left`` seconds of the budget, as the device campaign fills its budget. Where this
+    stretch has run an entry of the same notebook, its own ratio of seconds to estimate
+    (``this_stretch``, notebook -> ratio) takes over from the records', as on a device: machines
+    of one kind differ from session to session by more than the kinds differ. An entry longer
     than the whole budget joins ``too_long`` (a GPU, or a longer stretch, runs it); one that fits
     the budget but not what is left waits for the next stretch, and the first after it that fits
     goes on, so the end of a stretch is not left idle. None, said, when nothing left fits."""
     ratios = host_ratios(plan, home)
-    speeds: dict[str, float] = {}
+    speeds: dict[str, float] = dict(this_stretch or {})
     waiting = None
     for entry in todo:
         if entry.notebook not in speeds:

@@ -798,13 +798,13 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
     monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (1.5, 3))
     monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
     monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
-    ran, logged, rounds = [], [], {}
+    ran, logged, rounds, pace = [], [], {}, [1.5]
 
-    def run_entry(entry, root, out):  # its rounds take its estimate times 1.5, and the entry 30 s more
+    def run_entry(entry, root, out):  # its rounds take its estimate times the pace (1.5), and the entry 30 s more
         ran.append(entry.key)
-        clock[0] += 1.5 * entry.estimate_s + 30
-        rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{len(ran)}.json"
-        rounds[rel] = 1.5 * entry.estimate_s
+        clock[0] += pace[0] * entry.estimate_s + 30
+        rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{len(rounds)}.json"
+        rounds[rel] = pace[0] * entry.estimate_s
         return [rel]
 
     monkeypatch.setattr(campaign, "run_entry", run_entry)
@@ -842,6 +842,16 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
         f"it waits for the next stretch, and the first entry after it that fits goes on: {after.key}.")
         for line in logged)
     assert logged[-1].startswith(expected) and logged[-1].endswith("no entry after it fits; it stops before it.")
+    # this stretch's machine runs faster than the records made on its kind: once it has run an entry of a
+    # notebook, its own pace estimates that notebook's next entries (1.5 would not fit the second)
+    first, second = campaign.CAMPAIGN[5], campaign.CAMPAIGN[6]
+    assert first.notebook == second.notebook
+    pace[0] = 0.5
+    ran.clear()
+    campaign.next_runs(None, commit=False, root=tmp_path, first=(first.key, second.key),
+                       budget_s=1.5 * first.estimate_s + campaign.ENTRY_OVERHEAD_S + 1,  # the first fits by the records
+                       log=lambda *a, **k: None)
+    assert ran == [first.key, second.key]
     for bad in ("0", "-5", "soon", "inf", "nan", "1e9"):
         with pytest.raises(SystemExit) as stopped:
             campaign.main(["next", "--budget", bad])
