@@ -34,8 +34,8 @@ entries whose records ran on a GPU, and the estimates from measured seconds take
 ``next --budget SECONDS`` runs entries in order, each only if it fits what is left of the
 budget (:func:`host_speed`: its estimate scaled by how this kind of CPU ran the entries it
 recorded, or by how this stretch ran its notebook once it has), so that every run finishes in
-the stretch of compute that starts it; where the next
-does not fit what is left, the first after it that fits goes on (as ``device`` fills its budget).
+the stretch of compute that starts it; where the next does not fit what is left, the first after
+it that fits goes on (as ``device`` fills its budget).
 """
 from __future__ import annotations
 
