@@ -18,7 +18,7 @@ records (there, passing :func:`pflcore.records.read`, of the entry's run) and th
 committed record of an entry's run is missing from the plan; ``next`` runs nothing while
 they disagree, and a damaged ``plan.json`` is refused in one sentence naming it.
 
-    python -m pflcore.campaign status          # per table the hours left (here too), seeds per row, every run
+    python -m pflcore.campaign status          # per table and step the hours left (here too), seeds per row, runs
     python -m pflcore.campaign next [--count N | --budget SECONDS] [--first KEY] [--no-commit]
     python -m pflcore.campaign check KEY...    # dry run: the notebook builds the entry's runs, trains none
     python -m pflcore.campaign device --budget SECONDS --out DIR [--table NAME] [--first KEY] [--concurrent K]
@@ -44,6 +44,7 @@ import functools
 import json
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -923,22 +924,35 @@ def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None
     return (statistics.median(chosen), len(chosen)) if chosen else (1.0, 0)
 
 
-def hours_here(plan: dict, root: Path | None = None) -> dict[str, float]:
-    """Per table of ``plan``, the hours its remaining entries would take on this kind of CPU, as
-    ``next --budget`` reckons them: each entry's own estimate (:attr:`Entry.estimate_s`, what
-    :func:`host_speed` is measured against; never the plan's estimate from a row's recorded
-    seeds, which may have run here already) times :func:`host_speed` for its notebook."""
+def hours_here(plan: dict, root: Path | None = None, by: str = "table") -> dict:
+    """Per table of ``plan`` (or per step of the order, ``by="stage"``), the hours its remaining
+    entries would take on this kind of CPU, as ``next --budget`` reckons them: each entry's own
+    estimate (:attr:`Entry.estimate_s`, what :func:`host_speed` is measured against; never the
+    plan's estimate from a row's recorded seeds, which may have run here already) times
+    :func:`host_speed` for its notebook."""
     ratios = host_ratios(plan, root)
     known = entries_by_key()
     speeds: dict[str, float] = {}
-    out = {name: 0.0 for name in plan["tables"]}
+    out = {name: 0.0 for name in plan["tables"]} if by == "table" else {}
     for r in plan["runs"]:
         if r["records"]:
             continue
         if r["notebook"] not in speeds:
             speeds[r["notebook"]] = host_speed(plan, root, r["notebook"], ratios)[0]
         estimate = known[r["key"]].estimate_s if r["key"] in known else r["estimate_s"]
-        out[r["table"]] = out.get(r["table"], 0.0) + estimate * speeds[r["notebook"]] / 3600
+        out[r[by]] = out.get(r[by], 0.0) + estimate * speeds[r["notebook"]] / 3600
+    return out
+
+
+def steps(plan: dict) -> dict[int, dict]:
+    """Per step of the campaign's order (:data:`STAGES`, an entry's ``stage``), its entries, those
+    recorded, and the hours of rounds its remaining entries take by the estimates (2 cores)."""
+    out = {stage: {"entries": 0, "done": 0, "remaining_cpu_hours": 0.0} for stage in range(len(STAGES))}
+    for r in plan["runs"]:
+        step = out[r["stage"]]
+        step["entries"] += 1
+        step["done"] += bool(r["records"])
+        step["remaining_cpu_hours"] += 0 if r["records"] else r["estimate_s"] / 3600
     return out
 
 
@@ -1224,6 +1238,12 @@ def main(argv: list[str] | None = None) -> int:
         width = max(len(name) for name in plan["tables"])
         lines += [f"  {name:{width}s}  {t['done']:3d}/{t['entries']:<3d}  {t['remaining_cpu_hours']:6.1f} h left"
                   f"  ({here[name]:.1f} h here)" for name, t in plan["tables"].items()]
+        lines.append("Per step of the order (the plan's about): entries recorded, CPU-hours left (estimates; here):")
+        step_here = hours_here(plan, root, by="stage")
+        for stage, step in steps(plan).items():
+            head = (f"  {stage:2d}. {step['done']:3d}/{step['entries']:<3d} {step['remaining_cpu_hours']:6.1f} h left  "
+                    f"({step_here.get(stage, 0.0):5.1f} h here)  ")
+            lines.append(head + textwrap.shorten(STAGES[stage], 100 - len(head), placeholder=" ..."))
         lines.append("Seeds recorded per row, of those planned:")
         for notebook, rows in seeds_per_row(plan).items():
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])

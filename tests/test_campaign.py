@@ -384,8 +384,20 @@ def test_status_shows_the_seeds_recorded_per_row_with_the_tables_first(tmp_path,
     monkeypatch.setattr(campaign, "verify_records", lambda plan, root=None: {})  # its records are names only
     assert campaign.main(["status"]) == 0
     out = capsys.readouterr().out.splitlines()
-    tables = out[2:out.index("Seeds recorded per row, of those planned:")]
+    steps_at = next(i for i, line in enumerate(out) if line.startswith("Per step of the order"))
+    tables = out[2:steps_at]
     assert out[1].startswith("Per table: entries recorded") and len(tables) == len(plan["tables"])
+    # each step of the order (issue 76's numbered list) with its entries recorded and hours left
+    shown = out[steps_at + 1:out.index("Seeds recorded per row, of those planned:")]
+    by_step = campaign.steps(plan)
+    assert len(shown) == len(campaign.STAGES) == len(by_step) and all(len(line) <= 100 for line in shown)
+    assert sum(s["entries"] for s in by_step.values()) == len(campaign.CAMPAIGN)
+    assert sum(s["done"] for s in by_step.values()) == 3 and by_step[0]["done"] == 3
+    assert sum(s["remaining_cpu_hours"] for s in by_step.values()) == pytest.approx(plan["remaining_estimate_s"] / 3600)
+    for line, (stage, step) in zip(shown, by_step.items()):
+        assert line.startswith(f"  {stage:2d}. {step['done']:3d}/{step['entries']:<3d} "
+                               f"{step['remaining_cpu_hours']:6.1f} h left")
+    assert by_step[4]["entries"] == 7 and "FedCP Table 2 practical MNIST" in shown[4]  # FedCP T2 practical at one seed
     matrix = out[out.index("Seeds recorded per row, of those planned:") + 1:out.index("Runs, in the order `next` takes them:")]
     assert matrix[0].startswith("  pfedfda/t1_covariate_shift:")
     assert all(len(line) <= 100 for line in matrix)
