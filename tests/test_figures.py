@@ -226,6 +226,26 @@ def test_record_curves_name_every_method(tmp_path, monkeypatch):
     plt.close(drawn["fig"])
 
 
+def test_a_record_figure_s_long_title_wraps_within_the_figure(tmp_path, monkeypatch):
+    """FedCP Table 2's title (92 characters) ran off both edges of its seed-curve figure."""
+    from pflcore.analysis import record_figures
+    from pflcore.report.catalogue import ALL_TABLES
+
+    spec = next(s for s in ALL_TABLES if (s.paper, s.id) == ("fedcp", "T2"))
+    title = f"{spec.title}\n{spec.column_title('practical mnist')}"
+    drawn = {}
+    monkeypatch.setattr(record_figures.plt, "close", lambda fig: drawn.setdefault("fig", fig))
+    runs = {"fedavg": [{"history": [{"round": r, "acc_weighted": 90.0 + r} for r in (1, 2, 3)]}]}
+    record_figures.plot_seed_curves(runs, tmp_path / "c.png", key="acc_weighted", title=title)
+    fig = drawn["fig"]
+    shown = fig.axes[0].title
+    box = shown.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width  # on the figure, not cut at its edges
+    assert " ".join(shown.get_text().split()) == " ".join(title.split())  # every word kept, in order
+    assert len(shown.get_text().split("\n")) == 3
+    plt.close(fig)
+
+
 def test_the_palette_is_colour_blind_safe_and_can_be_matplotlibs_cycle():
     from matplotlib import rcParams
 
