@@ -944,15 +944,26 @@ def hours_here(plan: dict, root: Path | None = None, by: str = "table") -> dict:
     return out
 
 
+def _counts_by(runs: list[dict], group) -> dict:
+    """Per group of ``runs`` (``group(run)`` names it, in the order first met): its entries, those
+    recorded and remaining, and the seconds its remaining entries take by the estimates (2 cores)."""
+    out: dict = {}
+    for r in runs:
+        counts = out.setdefault(group(r), {"entries": 0, "done": 0, "remaining": 0, "remaining_estimate_s": 0.0})
+        counts["entries"] += 1
+        counts["done" if r["records"] else "remaining"] += 1
+        counts["remaining_estimate_s"] += 0 if r["records"] else r["estimate_s"]
+    return out
+
+
 def steps(plan: dict) -> dict[int, dict]:
     """Per step of the campaign's order (:data:`STAGES`, an entry's ``stage``), its entries, those
     recorded, and the hours of rounds its remaining entries take by the estimates (2 cores)."""
-    out = {stage: {"entries": 0, "done": 0, "remaining_cpu_hours": 0.0} for stage in range(len(STAGES))}
-    for r in plan["runs"]:
-        step = out[r["stage"]]
-        step["entries"] += 1
-        step["done"] += bool(r["records"])
-        step["remaining_cpu_hours"] += 0 if r["records"] else r["estimate_s"] / 3600
+    counts = _counts_by(plan["runs"], lambda r: r["stage"])
+    out = {}
+    for stage in range(len(STAGES)):
+        step = counts.get(stage, {"entries": 0, "done": 0, "remaining": 0, "remaining_estimate_s": 0.0})
+        out[stage] = {**step, "remaining_cpu_hours": step["remaining_estimate_s"] / 3600}
     return out
 
 
@@ -1158,13 +1169,7 @@ def _commit(home: Path, files: list[str], message: str, log=print) -> None:
 def current_plan_counts(plan: dict) -> dict:
     """The plan's counts: entries done and remaining, the seconds left, and the same per table."""
     remaining = [r for r in plan["runs"] if not r["records"]]
-    tables: dict[str, dict] = {}
-    for r in plan["runs"]:
-        table = tables.setdefault(r.get("table") or r["notebook"], {"entries": 0, "done": 0, "remaining": 0,
-                                                                      "remaining_estimate_s": 0.0})
-        table["entries"] += 1
-        table["done" if r["records"] else "remaining"] += 1
-        table["remaining_estimate_s"] += 0 if r["records"] else r["estimate_s"]
+    tables = _counts_by(plan["runs"], lambda r: r.get("table") or r["notebook"])
     for table in tables.values():
         table["remaining_cpu_hours"] = round(table["remaining_estimate_s"] / 3600, 1)
     # the tables in the order next reaches them (the first of each table's remaining entries), the whole ones last
