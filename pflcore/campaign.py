@@ -18,7 +18,8 @@ records (there, passing :func:`pflcore.records.read`, of the entry's run) and th
 committed record of an entry's run is missing from the plan; ``next`` runs nothing while
 they disagree, and a damaged ``plan.json`` is refused in one sentence naming it.
 
-    python -m pflcore.campaign status          # per table and step the hours left (here too), seeds per row, runs
+    python -m pflcore.campaign status [--stretch SECONDS]  # hours left per table and step (here too),
+                                                          # entries longer than a stretch, seeds per row, runs
     python -m pflcore.campaign next [--count N | --budget SECONDS] [--first KEY] [--no-commit]
     python -m pflcore.campaign check KEY...    # dry run: the notebook builds the entry's runs, trains none
     python -m pflcore.campaign device --budget SECONDS --out DIR [--table NAME] [--first KEY] [--concurrent K]
@@ -924,23 +925,42 @@ def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None
     return (statistics.median(chosen), len(chosen)) if chosen else (1.0, 0)
 
 
-def hours_here(plan: dict, root: Path | None = None, by: str = "table") -> dict:
-    """Per table of ``plan`` (or per step of the order, ``by="stage"``), the hours its remaining
-    entries would take on this kind of CPU, as ``next --budget`` reckons them: each entry's own
-    estimate (:attr:`Entry.estimate_s`, what :func:`host_speed` is measured against; never the
-    plan's estimate from a row's recorded seeds, which may have run here already) times
-    :func:`host_speed` for its notebook."""
+STRETCH_S = 2.5 * 3600
+"""A stretch of CPU: the seconds one working session gives the campaign on this project's 2-core
+machines (about 2.5 hours). ``next --budget`` starts only entries that fit what it is given, so an
+entry longer than a stretch here waits for a GPU (``device``) or a longer stretch; ``status`` says
+which (``--stretch`` for another length)."""
+
+
+def seconds_here(plan: dict, root: Path | None = None) -> dict[str, float]:
+    """Per remaining entry of ``plan`` (its key), the seconds it would take on this kind of CPU,
+    as ``next --budget`` reckons them: the entry's own estimate (:attr:`Entry.estimate_s`, what
+    :func:`host_speed` is measured against; never the plan's estimate from a row's recorded
+    seeds, which may have run here already) times :func:`host_speed` for its notebook."""
     ratios = host_ratios(plan, root)
     known = entries_by_key()
     speeds: dict[str, float] = {}
-    out = {name: 0.0 for name in plan["tables"]} if by == "table" else {}
+    out = {}
     for r in plan["runs"]:
         if r["records"]:
             continue
         if r["notebook"] not in speeds:
             speeds[r["notebook"]] = host_speed(plan, root, r["notebook"], ratios)[0]
         estimate = known[r["key"]].estimate_s if r["key"] in known else r["estimate_s"]
-        out[r[by]] = out.get(r[by], 0.0) + estimate * speeds[r["notebook"]] / 3600
+        out[r["key"]] = estimate * speeds[r["notebook"]]
+    return out
+
+
+def hours_here(plan: dict, root: Path | None = None, by: str = "table",
+               seconds: dict[str, float] | None = None) -> dict:
+    """Per table of ``plan`` (or per step of the order, ``by="stage"``), the hours its remaining
+    entries would take on this kind of CPU (:func:`seconds_here`; pass them as ``seconds`` to
+    reckon them once)."""
+    seconds = seconds_here(plan, root) if seconds is None else seconds
+    out = {name: 0.0 for name in plan["tables"]} if by == "table" else {}
+    for r in plan["runs"]:
+        if r["key"] in seconds:
+            out[r[by]] = out.get(r[by], 0.0) + seconds[r["key"]] / 3600
     return out
 
 
@@ -1182,7 +1202,10 @@ def current_plan_counts(plan: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pflcore.campaign", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", help="what exists and what remains: seeds recorded per row, then every run")
+    sta = sub.add_parser("status", help="what exists and what remains: seeds recorded per row, then every run")
+    sta.add_argument("--stretch", type=functools.partial(_budget, what="the seconds of CPU a stretch gives"), default=STRETCH_S, metavar="SECONDS",
+                     help=f"the CPU one stretch gives the campaign (default {STRETCH_S:.0f}, a session's): entries "
+                          "longer than it here are named, for a GPU or a longer stretch")
     nxt = sub.add_parser("next", help="run the next entries, cheapest per record first, and commit their records")
     nxt.add_argument("--count", type=_count, help="how many entries to run (default: 1, or as many as --budget "
                                                   "allows)")
@@ -1229,7 +1252,9 @@ def main(argv: list[str] | None = None) -> int:
         except PlanError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        on_gpu, here = gpu_entries(plan, root), hours_here(plan, root)
+        seconds = seconds_here(plan, root)
+        on_gpu, here = gpu_entries(plan, root), hours_here(plan, root, seconds=seconds)
+        too_long = {key for key, s in seconds.items() if s > args.stretch}
         lines = [f"{plan['done']} of {len(plan['runs'])} runs recorded"
                  + (f" ({len(on_gpu)} on a GPU)" if on_gpu else "") + f"; {plan['remaining']} remain, about "
                  f"{plan['remaining_estimate_s'] / 3600:.1f} h of rounds by the estimates (2 cores), "
@@ -1244,17 +1269,25 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"  {name:{width}s}  {t['done']:3d}/{t['entries']:<3d}  {t['remaining_cpu_hours']:6.1f} h left"
                   f"  ({here[name]:.1f} h here)" for name, t in plan["tables"].items()]
         lines.append("Per step of the order (the plan's about): entries recorded, CPU-hours left (estimates; here):")
-        step_here = hours_here(plan, root, by="stage")
+        step_here = hours_here(plan, root, by="stage", seconds=seconds)
         for stage, step in steps(plan).items():
             head = (f"  {stage:2d}. {step['done']:3d}/{step['entries']:<3d} {step['remaining_cpu_hours']:6.1f} h left  "
                     f"({step_here.get(stage, 0.0):5.1f} h here)  ")
             lines.append(head + textwrap.shorten(STAGES[stage], 100 - len(head), placeholder=" ..."))
+        long_tables = _counts_by([r for r in plan["runs"] if r["key"] in too_long], lambda r: r["table"])
+        lines.append(f"Longer than a stretch ({args.stretch / 3600:g} h of CPU) on this kind of CPU: {len(too_long)} "
+                     f"entries, {sum(seconds[key] for key in too_long) / 3600:.1f} h here; `next --budget` passes "
+                     "them over, and a GPU (`device`) or a longer stretch runs them" + (":" if too_long else "."))
+        long_here = hours_here(plan, root, seconds={key: seconds[key] for key in too_long})
+        lines += [f"  {name:{width}s}  {t['entries']:3d} entries  ({long_here[name]:.1f} h here)"
+                  for name, t in long_tables.items()]
         lines.append("Seeds recorded per row, of those planned:")
         for notebook, rows in seeds_per_row(plan).items():
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])
         lines.append("Runs, in the order `next` takes them:")
         lines += [f"  {'done' if r['records'] else 'bad ' if r['key'] in problems else '    '}  "
                   f"{r['estimate_s']:6.0f} s  {r['key']}" + ("  (GPU)" if r["key"] in on_gpu else "")
+                  + ("  (longer than a stretch)" if r["key"] in too_long else "")
                   for r in plan["runs"]]
         try:
             print("\n".join(lines), flush=True)
@@ -1338,8 +1371,9 @@ def _count(text: str) -> int:
     return count
 
 
-def _budget(text: str) -> float:
-    """--budget: seconds, more than 0 and at most a week (the device campaign's limit too)."""
+def _budget(text: str, what: str = "the seconds the entries may take") -> float:
+    """--budget (and --stretch, ``what`` it is): seconds, more than 0 and at most a week (the
+    device campaign's limit too)."""
     from .device_campaign import MAX_BUDGET_S
 
     try:
@@ -1347,7 +1381,7 @@ def _budget(text: str) -> float:
     except ValueError:
         seconds = float("nan")
     if not 0 < seconds <= MAX_BUDGET_S:
-        raise argparse.ArgumentTypeError(f"the seconds the entries may take, more than 0 and at most a week "
+        raise argparse.ArgumentTypeError(f"{what}, more than 0 and at most a week "
                                          f"({MAX_BUDGET_S:.0f}), are expected; got {text!r}.")
     return seconds
 

@@ -388,7 +388,7 @@ def test_status_shows_the_seeds_recorded_per_row_with_the_tables_first(tmp_path,
     tables = out[2:steps_at]
     assert out[1].startswith("Per table: entries recorded") and len(tables) == len(plan["tables"])
     # each step of the order (issue 76's numbered list) with its entries recorded and hours left
-    shown = out[steps_at + 1:out.index("Seeds recorded per row, of those planned:")]
+    shown = out[steps_at + 1:next(i for i, line in enumerate(out) if line.startswith("Longer than a stretch"))]
     by_step = campaign.steps(plan)
     assert len(shown) == len(campaign.STAGES) == len(by_step) and all(len(line) <= 100 for line in shown)
     assert sum(s["entries"] for s in by_step.values()) == len(campaign.CAMPAIGN)
@@ -407,6 +407,19 @@ def test_status_shows_the_seeds_recorded_per_row_with_the_tables_first(tmp_path,
             assert f" {label} {recorded}/{planned}" in text  # never broken across lines
     runs = out[out.index("Runs, in the order `next` takes them:") + 1:]
     assert len(runs) == len(campaign.CAMPAIGN) and sum(line.startswith("  done ") for line in runs) == 3
+    # the entries longer than a session's stretch of CPU here (no records here: speed 1, each its own estimate)
+    too_long = {e.key for e in campaign.CAMPAIGN if e.key not in done and e.estimate_s > campaign.STRETCH_S}
+    assert "fedcp/t2_main | pfedme | seed 0" in too_long and "fedpac/t1_main | apfl | seed 1" not in too_long
+    assert {line.split("  ")[-2].strip() for line in runs if line.endswith("(longer than a stretch)")} == too_long
+    at = next(i for i, line in enumerate(out) if line.startswith("Longer than a stretch (2.5 h of CPU)"))
+    assert f": {len(too_long)} entries, " in out[at]
+    named = out[at + 1:out.index("Seeds recorded per row, of those planned:")]
+    assert sum(int(line.split()[-5]) for line in named) == len(too_long)
+    longest = max(e.estimate_s for e in campaign.CAMPAIGN)  # a stretch as long as the longest entry: none is named
+    assert campaign.main(["status", "--stretch", str(longest)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert not any(line.endswith("(longer than a stretch)") for line in out)
+    assert any(line.startswith("Longer than a stretch") and ": 0 entries, 0.0 h here" in line for line in out)
 
 
 def test_each_table_s_runs_change_exactly_the_table_s_preset_changes_from_its_paper_preset():
