@@ -98,6 +98,26 @@ def test_curves_show_every_run_by_its_display_name_and_the_setting():
     plt.close("all")
 
 
+def test_a_long_setting_wraps_within_the_curves_figure():
+    """FedPAC Table 1's 100-client setting (96 characters, with 30% of the clients per round) ran
+    off the right edge of its accuracy curves: each title line wraps within the figure."""
+    from types import SimpleNamespace
+
+    from pflcore import ExperimentConfig
+
+    config = ExperimentConfig.from_dict({"num_clients": 100, "rounds": 200, "local_epochs": 5, "participation": 0.3,
+                                         "partition": {"kind": "dominant", "s": 0.2, "samples_per_client": 600}})
+    fig, ax = plt.subplots(figsize=(7, 4.5))  # as the notebook draws it
+    plot_curves({"fedfomo": SimpleNamespace(config=config, curve=_Run([50.0, 60.0]).curve)}, ax=ax,
+                title="Fashion-MNIST, 100 clients")
+    fig.tight_layout()
+    box = ax.title.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width  # on the figure, not cut at its edge
+    setting = "Fashion-MNIST, 100 clients, dominant s=20%, 600 samples/client, 30% per round, E=5, 200 rounds"
+    assert " ".join(ax.get_title().split()) == setting and ax.get_title().count("\n") == 1  # every word, two lines
+    plt.close("all")
+
+
 def test_the_setting_in_words_says_fedfa_s_skews_as_the_paper_does():
     from types import SimpleNamespace
 

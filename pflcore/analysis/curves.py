@@ -6,7 +6,8 @@ from typing import Mapping
 
 from ..engine.results import RunResult
 from ..papers import display_name
-from .palette import LINE_STYLES, MARKERS, OURS_COLOUR, PAPER_COLOUR, colour, integer_ticks, setting_text
+from .palette import (LINE_STYLES, MARKERS, OURS_COLOUR, PAPER_COLOUR, colour, integer_ticks, setting_text,
+                      wrapped_title)
 
 __all__ = ["LINE_STYLES", "MARKERS", "bar_value_limits", "mark_axis_break", "plot_bars", "plot_curves", "plot_sweep"]
 
@@ -15,15 +16,16 @@ _LINE_MARKERS = {"x", "+", "|", "_", "1", "2", "3", "4"}
 
 
 def _titled(ax, title: str | None, setting: str) -> None:
-    """The panel's title, with the runs' shared setting on a second, smaller line; parts of
-    the title the setting already says (comma-separated) are not repeated."""
+    """The panel's title, with the runs' shared setting on a second line; parts of the title
+    the setting already says (comma-separated) are not repeated, and a long line wraps
+    (:func:`~pflcore.analysis.palette.wrapped_title`)."""
     if title and setting:
         said = set(setting.split(", "))
         title = ", ".join(part for part in (p.strip() for p in title.split(",")) if part not in said)
     if title and setting:
-        ax.set_title(f"{title}\n{setting}", fontsize="medium")
+        ax.set_title(wrapped_title(f"{title}\n{setting}"), fontsize="medium")
     elif title or setting:
-        ax.set_title(title or setting, fontsize="medium")
+        ax.set_title(wrapped_title(title or setting), fontsize="medium")
 
 
 def _legend(ax, entries: int, **options) -> None:

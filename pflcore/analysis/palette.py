@@ -7,6 +7,7 @@ matplotlib is imported inside the functions only, so importing this module never
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
 #: Okabe & Ito's colour-blind-safe palette and Paul Tol's muted one, interleaved so that the
@@ -24,6 +25,17 @@ OURS_COLOUR = PALETTE[0]
 
 #: The neutral colour of keys that stand for a shape, not a colour (hollow, with this edge).
 KEY_COLOUR = "#4D4D4D"
+
+#: The characters a title line holds on a figure 7 inches wide or more at its title's size
+#: (10-11 pt); :func:`wrapped_title` wraps longer lines.
+TITLE_WIDTH = 78
+
+
+def wrapped_title(title: str, width: int = TITLE_WIDTH) -> str:
+    """``title`` with each of its lines wrapped at spaces to ``width`` characters, so that no
+    line runs off the figure's edges (a run's setting in words can be long)."""
+    return "\n".join(textwrap.fill(line, width) for line in title.split("\n"))
+
 
 #: Line styles and markers cycled per series, so that coinciding curves stay distinguishable.
 LINE_STYLES = ("-", "--", "-.", ":")

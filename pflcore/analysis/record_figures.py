@@ -2,7 +2,6 @@
 mean over the recorded seeds with a band from the lowest to the highest seed."""
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -14,7 +13,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..papers import display_name  # noqa: E402
-from .palette import LINE_STYLES, MARKERS, PALETTE  # noqa: E402,F401  (PALETTE: the shared one, kept importable here)
+from .palette import LINE_STYLES, MARKERS, PALETTE, wrapped_title  # noqa: E402,F401  (PALETTE: the shared one, kept importable here)
 
 
 def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -30,9 +29,6 @@ def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, 
     return (rounds, np.array([np.mean(v) for v in values]), np.array([min(v) for v in values]),
             np.array([max(v) for v in values]))
 
-
-#: The characters a title line of :func:`plot_seed_curves` holds at its width and font size.
-TITLE_WIDTH = 78
 
 
 def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: str = "acc_mean",
@@ -68,7 +64,7 @@ def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: 
     ax.set_ylabel(ylabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     # each line of the title within the figure's width (FedCP Table 2's runs to 92 characters)
-    ax.set_title("\n".join(textwrap.fill(line, TITLE_WIDTH) for line in title.split("\n")), fontsize=11)
+    ax.set_title(wrapped_title(title), fontsize=11)
     ax.grid(alpha=0.3)
     ax.legend(handles=handles, fontsize=8, ncol=2 if len(runs) > 6 else 1, loc="lower right")
     fig.tight_layout()
