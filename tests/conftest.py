@@ -185,13 +185,6 @@ def assert_workers_give_the_in_process_numbers(make_config, method: str, params:
 
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """The tests marked ``slow`` first, the rest after them, each group in its own order: under
-    ``-n auto`` the workers take the long tests while the quick ones still wait, so the quick ones
-    even out the end instead of one worker finishing a long test alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def pytest_terminal_summary(terminalreporter) -> None:
     """One line where the pinned-number tests ran on a numeric path without exact pins (they
     then checked the runs within tolerance of the pinned path's metrics instead)."""

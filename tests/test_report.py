@@ -753,7 +753,6 @@ def test_a_figure_of_one_run_per_method_is_drawn_from_those_recorded_and_says_wh
     assert report.execute_figure(c1, found, tmp_path, tmp_path, print, []) is None and len(calls) == 1
 
 
-@pytest.mark.slow
 def test_the_report_builds_from_the_shipped_records_and_opens_in_a_real_browser(tmp_path):
     require_browser("the report's browser test")
     from selenium.webdriver.common.by import By
@@ -887,7 +886,6 @@ def test_commit_figures_leaves_the_figures_alone_when_a_notebook_failed_in_the_b
     assert not any(p.name.startswith(".") for p in project.iterdir()), "a staging folder was left"
 
 
-@pytest.mark.slow
 def test_pflcore_report_exits_non_zero_naming_the_notebooks_that_failed(monkeypatch, tmp_path, capsys):
     import pflcore.notebooks
     from pflcore.cli import main
@@ -922,7 +920,6 @@ def test_close_rivals_are_compared_on_the_same_test_samples_per_seed():
     assert (seed, only_a, only_b) == (0, 3, 1) and p == pytest.approx(0.625)  # 2 * P(X <= 1), X ~ Bin(4, 1/2)
 
 
-@pytest.mark.slow
 def test_pflcore_report_builds_the_pages_from_the_command_line(tmp_path, capsys):
     from pflcore.cli import main
 

@@ -248,7 +248,6 @@ def test_a_cpu_and_a_gpu_record_of_one_seed_count_once_the_cpu_one_and_the_gpu_o
                       (Path("b.json"), on(record(T1.notebook, "fedpac", 0, 90.0, lr=0.5), gpu_path(), "2025"))])
 
 
-@pytest.mark.slow
 def test_the_pooling_rule_is_stated_with_its_reason_from_the_replications(monkeypatch, tmp_path):
     """Every page that states the reproduction rule states the pooling rule, its reason computed
     from the kept replications (how far a change of path moved a run, in seed stds); a build of a
