@@ -850,7 +850,8 @@ def check_entry(entry: Entry, root: Path, out: Path) -> tuple[bool, str]:
     if "no committed record of this run" in error:
         run = error.split("no committed record of this run", 1)[1].split(")", 1)[0].lstrip(" (")
         return True, f"{entry.key}: ready; its notebook builds its runs and would train the first without a record ({run})."
-    return False, f"{entry.key}: its notebook fails before any run trains ({error.strip().splitlines()[-1] if error.strip() else 'no reason given'})."
+    reason = error.strip().splitlines()[-1] if error.strip() else "no reason given"
+    return False, f"{entry.key}: its notebook fails before any run trains ({reason})."
 
 
 def record_stamps(folder: Path) -> dict[Path, tuple[int, int, int]]:
@@ -1203,7 +1204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pflcore.campaign", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sta = sub.add_parser("status", help="what exists and what remains: seeds recorded per row, then every run")
-    sta.add_argument("--stretch", type=functools.partial(_budget, what="the seconds of CPU a stretch gives"), default=STRETCH_S, metavar="SECONDS",
+    stretch_seconds = functools.partial(_budget, what="the seconds of CPU a stretch gives")
+    sta.add_argument("--stretch", type=stretch_seconds, default=STRETCH_S, metavar="SECONDS",
                      help=f"the CPU one stretch gives the campaign (default {STRETCH_S:.0f}, a session's): entries "
                           "longer than it here are named, for a GPU or a longer stretch")
     nxt = sub.add_parser("next", help="run the next entries, cheapest per record first, and commit their records")
