@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..papers import display_name  # noqa: E402
-from .palette import LINE_STYLES, MARKERS, PALETTE, wrapped_title  # noqa: E402,F401  (PALETTE: the shared one, kept importable here)
+from .palette import LINE_STYLES, MARKERS, PALETTE, wrapped_title  # noqa: E402
 
 
 def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -28,7 +28,6 @@ def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, 
     values = [by_round[r] for r in rounds]
     return (rounds, np.array([np.mean(v) for v in values]), np.array([min(v) for v in values]),
             np.array([max(v) for v in values]))
-
 
 
 def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: str = "acc_mean",
