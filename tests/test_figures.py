@@ -75,6 +75,28 @@ def test_coinciding_curves_get_distinct_styles_and_paper_marks():
     plt.close("all")
 
 
+def test_curves_keep_each_method_s_look_when_other_methods_arrive():
+    """A notebook's figure is redrawn from records as a table's rows arrive (the report hands
+    it the recorded methods only): with ``styles`` a method's colour, dash and marker follow
+    its row, not which other rows have records yet."""
+    from pflcore.analysis.palette import places
+
+    rows = ("fedpac", "local", "fedavg", "ditto")
+
+    def looks(methods):
+        ax = plot_curves({m: _Run([50.0, 60.0 + i]) for i, m in enumerate(methods)}, setting=False, styles=rows)
+        return {line.get_label(): (line.get_color(), line.get_linestyle(), line.get_marker())
+                for line in ax.get_lines()}
+
+    before = looks(["local", "fedpac"])
+    after = looks(["local", "fedavg", "ditto", "fedpac"])
+    assert after["Local"] == before["Local"] and after["FedPAC"] == before["FedPAC"]
+    assert len(set(after.values())) == 4
+    assert places(["fedprox", "fedpac"], rows) == {"fedpac": 0, "local": 1, "fedavg": 2, "ditto": 3, "fedprox": 4}
+    assert places(["b", "a", "b"]) == {"b": 0, "a": 1}  # without styles: the order given, each once
+    plt.close("all")
+
+
 def test_curves_show_every_run_by_its_display_name_and_the_setting():
     from types import SimpleNamespace
 

@@ -2,12 +2,12 @@
 with the paper's values marked, each drawn so that small differences stay visible."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..engine.results import RunResult
 from ..papers import display_name
-from .palette import (LINE_STYLES, MARKERS, OURS_COLOUR, PAPER_COLOUR, colour, integer_ticks, setting_text,
-                      wrapped_title)
+from .palette import (LINE_STYLES, MARKERS, OURS_COLOUR, PAPER_COLOUR, colour, integer_ticks, places,
+                      setting_text, wrapped_title)
 
 __all__ = ["LINE_STYLES", "MARKERS", "bar_value_limits", "mark_axis_break", "plot_bars", "plot_curves", "plot_sweep"]
 
@@ -38,20 +38,23 @@ def _legend(ax, entries: int, **options) -> None:
 
 
 def plot_curves(results: Mapping[str, RunResult], key: str = "acc_mean", ax=None, title: str | None = None,
-                paper: Mapping[str, float] | None = None, setting: bool | str = True):
+                paper: Mapping[str, float] | None = None, setting: bool | str = True, styles: Sequence[str] = ()):
     """One line per run of a per-round metric (``acc_mean``, ``train_loss``, ...), every run
     given (a run without the metric is still named in the legend), each with the method's
     display name and its own colour, line style and marker (markers every ~10th point).
     ``paper``: label -> the paper's final value, a star with a black edge in the method's
     colour just after the last round, named in the legend. ``setting``: True adds the
     setting the runs share (dataset, clients, partition, E, rounds) under the title; a
-    string gives it."""
+    string gives it. ``styles``: every method the figure may come to hold (a table's rows),
+    so that each keeps its look whichever others have runs (:func:`~pflcore.analysis.palette.places`)."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     marked = False
-    for i, (label, res) in enumerate(results.items()):
+    place = places(results, styles)
+    for label, res in results.items():
+        i = place[label]
         rounds, values = res.curve(key)
         name = display_name(label)
         if not len(rounds):

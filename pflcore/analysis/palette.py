@@ -58,6 +58,17 @@ def colours(n: int, cmap: str = "viridis") -> list:
     return [scale(i / max(n - 1, 1)) for i in range(n)]
 
 
+def places(methods: Iterable[str], styles: Sequence[str] = ()) -> dict[str, int]:
+    """Each method's place in the colour, line-style and marker cycles (:func:`style`).
+    ``styles``: every method the figure may come to hold (a table's rows), in the order that
+    hands out the places, so that each keeps its look whichever of the others have results
+    yet; methods not named there follow, in their own order."""
+    place: dict[str, int] = {}
+    for method in (*styles, *methods):
+        place.setdefault(method, len(place))
+    return place
+
+
 def style(i: int) -> dict[str, Any]:
     """Colour, line style and marker of the ``i``-th series."""
     return {"color": colour(i), "linestyle": LINE_STYLES[i % len(LINE_STYLES)], "marker": MARKERS[i % len(MARKERS)]}
@@ -137,4 +148,4 @@ def setting_text(results: Mapping[str, Any] | Sequence[Any]) -> str:
 
 
 __all__ = ["KEY_COLOUR", "LINE_STYLES", "MARKERS", "OURS_COLOUR", "PALETTE", "PAPER_COLOUR", "colour", "colours",
-           "install", "integer_ticks", "setting_text", "share_limits", "style"]
+           "install", "integer_ticks", "places", "setting_text", "share_limits", "style"]

@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..papers import display_name  # noqa: E402
-from .palette import LINE_STYLES, MARKERS, PALETTE, wrapped_title  # noqa: E402
+from .palette import LINE_STYLES, MARKERS, PALETTE, places, wrapped_title  # noqa: E402
 
 
 def seed_curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -37,14 +37,12 @@ def plot_seed_curves(runs: Mapping[str, Sequence[dict]], path: str | Path, key: 
     spread over seeds; a method whose records share no round is still named in the legend,
     never dropped. ``styles``: every method the figure may come to hold (a table's rows), in
     the order that hands out colours and dashes, so that each keeps its look when records of
-    other methods arrive; methods not named there follow them."""
-    places = {method: i for i, method in enumerate(styles)}
-    for method in runs:
-        places.setdefault(method, len(places))
+    other methods arrive; methods not named there follow them (:func:`~pflcore.analysis.palette.places`)."""
+    place = places(runs, styles)
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     handles = []  # in the methods' order (matplotlib would list error-bar points after the lines)
     for method, recs in runs.items():
-        i = places[method]
+        i = place[method]
         rounds, mean, low, high = seed_curve(recs, key)
         colour = PALETTE[i % len(PALETTE)]
         if not len(rounds):
