@@ -187,6 +187,15 @@ def test_divergence_names_the_method_parameter_that_caused_it(make_config):
     assert message.endswith(".") and ". " not in message
 
 
+def test_divergence_names_a_method_learning_rate_even_at_its_default(make_config):
+    """pFedMe's personal_lr scales its inner steps whether or not it was changed (at its default 0.1
+    FedCP's CNN diverged): the message lists it beside the run's lr; pFedMe's unchanged lambda stays out."""
+    sim = Simulation(make_config(method="pfedme", method_params={"inner_steps": 2}), build_data(make_config()))
+    values = sim.scaling_values()
+    assert values[:1] == ["lr=0.05"] and "method_params.personal_lr=0.1" in values
+    assert "method_params.inner_steps=2" in values and not any(v.startswith("method_params.lam=") for v in values)
+
+
 def test_method_failures_are_totalled_and_warned_about(make_config, monkeypatch):
     """FedPAC counts QP solves that fail; when every solve fails the run still finishes,
     with a warning, the total in summary.json and a status that says so."""

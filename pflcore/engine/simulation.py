@@ -157,13 +157,15 @@ class Simulation:
 
     def scaling_values(self) -> list[str]:
         """``name=value`` of the settings that scale local training: lr, weight_decay,
-        momentum, and the method's numeric parameters that differ from their defaults."""
+        momentum, the method's own learning rates (``*lr*``, at their defaults too: pFedMe's
+        personal_lr is one), and its other numeric parameters that differ from their defaults."""
         c = self.config
         values = [f"lr={c.lr!r}", f"weight_decay={c.weight_decay!r}", f"momentum={c.momentum!r}"]
         params = getattr(self.algorithm, "params", None) or dict(c.method_params)
         defaults = getattr(self.algorithm, "defaults", {})
         for key, value in sorted(params.items()):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value != defaults.get(key):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                    "lr" in key or value != defaults.get(key)):
                 values.append(f"method_params.{key}={value!r}")
         return values
 

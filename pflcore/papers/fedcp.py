@@ -41,8 +41,12 @@ FEDCP_LAMBDA = {"fedcp_cnn": 5.0, "resnet18": 1.0, "fasttext": 1.0}
 #: Baselines' ``method_params`` for FedCP's tables, whose baseline rows the authors ran in PFLlib:
 #: FedPHP with PFLlib's fixed MMD kernels (its own default is its authors' adaptive kernel), FedRep
 #: with PFLlib's one head epoch per round (pflcore's default is pFedFDA's 5). Ditto keeps lambda = 1:
-#: PFLlib's default mu = 0 would make its personal model pure local training.
-FEDCP_BASELINE_PARAMS: dict[str, dict[str, Any]] = {"fedphp": {"mmd_kernel": "fixed"}, "fedrep": {"head_epochs": 1}}
+#: PFLlib's default mu = 0 would make its personal model pure local training. pFedMe takes the personal
+#: learning rate the PFLlib authors give for its MNIST CNN (0.01, with lambda 15, K 5, beta 1: pflcore's
+#: defaults) and the weight decay 0.001 of PFLlib's pFedMe inner steps; at pFedMe's own 0.1 this CNN
+#: diverges within the first batches of batch 10.
+FEDCP_BASELINE_PARAMS: dict[str, dict[str, Any]] = {"fedphp": {"mmd_kernel": "fixed"}, "fedrep": {"head_epochs": 1},
+                                                    "pfedme": {"personal_lr": 0.01, "inner_weight_decay": 0.001}}
 
 #: Classes per client in the pathological setting (section 4).
 FEDCP_PATHOLOGICAL_CLASSES = {"mnist": 2, "cifar10": 2, "cifar100": 10}
