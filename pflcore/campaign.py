@@ -36,13 +36,17 @@ entries whose records ran on a GPU, and the estimates from measured seconds take
 budget (:func:`host_speed`: its estimate scaled by how this kind of CPU ran the entries it
 recorded, or by how this stretch ran its notebook once it has), so that every run finishes in
 the stretch of compute that starts it; where the next does not fit what is left, the first after
-it that fits goes on (as ``device`` fills its budget).
+it that fits goes on (as ``device`` fills its budget). The exception is an entry of a method whose
+checkpoint is small (:data:`PARKABLE_METHODS`, Per-FedAvg): longer than what is left, it runs until
+the budget ends, parks (its run folder committed in :data:`PARKED_FOLDER`) and goes on from that
+round in the next stretch on the same numeric path, ending as an uninterrupted run would.
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -95,6 +99,13 @@ class Entry:
         """The order of the campaign: an entry of three records for one training is cheap per record
         (a probed run's record and its ``probe_free`` one count as two)."""
         return self.estimate_s / ((self.records_written or len(self.methods)) * (2 if self.probe_free else 1))
+
+    @property
+    def parkable(self) -> bool:
+        """Whether the entry may park between stretches (:data:`PARKABLE_METHODS`): one run of a
+        method whose checkpoint is small enough to commit."""
+        return not self.probe_free and not self.records_written and len(self.methods) == 1 \
+            and self.methods[0] in PARKABLE_METHODS
 
     def probe_free_key(self) -> str:
         """The key the entry of its probe-free run would have (in ``probe_free``)."""
@@ -807,17 +818,26 @@ def write_plan(plan: dict, root: Path | None = None) -> Path:
     return path
 
 
-def run_entry(entry: Entry, root: Path, out: Path) -> list[str]:
+class EntryParked(Exception):
+    """The entry's run parked at the time it was given (:func:`run_entry`'s ``park_at``)."""
+
+
+def run_entry(entry: Entry, root: Path, out: Path, park_at: float | None = None) -> list[str]:
     """Execute the entry's notebook at the paper preset; returns the records it wrote
-    (paths relative to the project)."""
-    from .notebooks import run_notebooks
+    (paths relative to the project). ``park_at``: the Unix time at which its run parks
+    (:data:`pflcore.engine.simulation.PARK_AT_ENV`), which raises :class:`EntryParked`."""
+    from .engine.simulation import PARK_AT_ENV
+    from .notebooks import _environment, run_notebooks
 
     folder = root / records.RECORDS_FOLDER / entry.notebook
     before = record_stamps(folder)
     overrides = {**entry.parameters, "quiet": True,
                  "figures_dir": str(out / "figures" / entry.notebook)}  # the committed figures stay as they are
-    [result] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{entry.notebook}.ipynb"], root=root,
-                             overrides=overrides)
+    with _environment(**({PARK_AT_ENV: repr(park_at)} if park_at is not None else {})):
+        [result] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{entry.notebook}.ipynb"], root=root,
+                                 overrides=overrides)
+    if result.status != "ok" and park_at is not None and "RunParked" in str(result.error or ""):
+        raise EntryParked(str(result.error))
     if result.status != "ok":
         raise RuntimeError(f"{entry.key}: the notebook failed ({result.error}); executed copy in {result.output}")
     return [str(p.relative_to(root)) for p in written_since(folder, before)]
@@ -866,6 +886,93 @@ def written_since(folder: Path, before: dict[Path, tuple[int, int, int]]) -> lis
     """The records in ``folder`` written since ``before`` (:func:`record_stamps`): new ones, and
     those rewritten because the run's config equals an earlier record's (same file name)."""
     return sorted(p for p, stamp in record_stamps(folder).items() if before.get(p) != stamp)
+
+
+#: Where a parked entry's run waits between stretches, committed in the home project: one folder per
+#: entry, ``<notebook>/<label>-seed<seed>/`` with the run's folder as the engine left it (``run/``: its
+#: checkpoint, config, partition, metrics) and ``entry.json`` (the entry, the run folder's place in the
+#: project, the numeric path it ran on, the round it resumes from). The folder goes in the commit of
+#: the entry's record.
+PARKED_FOLDER = "parked-runs"
+#: Methods whose checkpoint holds the server's model and nothing per client, so a parked run is small
+#: enough to commit: Per-FedAvg's is 2.3 MB with FedCP's CNN, where pFedMe's, FedPHP's, FedFomo's and
+#: FedAMP's hold twenty more models (49 MB). Their entries that are longer than a stretch run until the
+#: budget ends, park, and go on in the next stretch (:func:`next_runs`) instead of waiting for a GPU.
+PARKABLE_METHODS = frozenset({"perfedavg"})
+#: A parkable entry that does not fit what is left starts only with at least this much left.
+PARK_MIN_S = 1800.0
+
+
+def parked_folder(entry: Entry, home: Path) -> Path:
+    return home / PARKED_FOLDER / entry.notebook / f"{entry.label.replace(' ', '_')}-seed{entry.seed}"
+
+
+def parked_note(entry: Entry, home: Path) -> dict | None:
+    """The parked run of ``entry`` in ``home`` (its ``entry.json``), or ``None``; one that cannot
+    be read, or is another entry's, is one sentence (:class:`PlanError`)."""
+    path = parked_folder(entry, home) / "entry.json"
+    if not path.exists():
+        return None
+    try:
+        note = json.loads(path.read_text())
+        ok = note["entry"] == entry.key and isinstance(note["folder"], str) and 1 < int(note["next_round"]) <= int(
+            note["rounds"]) and isinstance(note["path_key"], str) and (path.parent / "run" / "checkpoint.pt").is_file()
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    folder = Path(str(note.get("folder", ""))) if ok else None
+    if not ok or folder.is_absolute() or ".." in folder.parts:
+        raise PlanError(f"{_shown(path)} is not the note of a parked run of {entry.key!r} (its entry, the run "
+                        "folder inside the project, the round it resumes from and run/checkpoint.pt); delete "
+                        f"{_shown(path.parent)} to run the entry from its first round.")
+    return note
+
+
+def _here_path_key() -> str:
+    """The key of this machine's numeric path (:func:`pflcore.numerics.path_key`): a parked run goes
+    on only where it is the same, so that its record names one path."""
+    from . import numerics
+
+    return numerics.path_key(numerics.numeric_path("cpu"))
+
+
+def _here_in_words() -> str:
+    from . import numerics
+
+    return numerics.in_words(numerics.numeric_path("cpu"))
+
+
+def park(entry: Entry, root: Path, home: Path, since: float) -> dict | None:
+    """Move the run that ``entry``'s notebook parked in ``root`` (the newest folder under ``results/``
+    the engine marked parked since ``since``) to its place in ``home``'s :data:`PARKED_FOLDER`,
+    with its note; ``None`` if there is none."""
+    from .engine.results import PARKED
+
+    marks = [p for p in (root / "results").rglob(PARKED) if p.stat().st_mtime >= since - 1] \
+        if (root / "results").is_dir() else []
+    if not marks:
+        return None
+    run_dir = max(marks, key=lambda p: p.stat().st_mtime).parent
+    mark = json.loads((run_dir / PARKED).read_text())
+    note = {"entry": entry.key, "folder": str(run_dir.relative_to(root)), "next_round": int(mark["next_round"]),
+            "rounds": int(mark["rounds"]), "seconds": mark.get("seconds"), "parked": mark.get("parked"),
+            "path_key": _here_path_key(), "path_in_words": _here_in_words()}
+    target = parked_folder(entry, home)
+    staging = target.with_name(f".{target.name}.new")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(run_dir, staging / "run", ignore=shutil.ignore_patterns(".*"))
+    atomic_write_bytes(staging / "entry.json", (json.dumps(note, indent=1) + "\n").encode())
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return note
+
+
+def unpark(entry: Entry, root: Path, home: Path, note: dict) -> None:
+    """Put ``entry``'s parked run back where its notebook's run resumes it in ``root``."""
+    run_dir = root / note["folder"]
+    if (run_dir / "summary.json").exists():
+        return  # finished here already: the notebook reads it
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.copytree(parked_folder(entry, home) / "run", run_dir)
 
 
 #: Seconds an entry takes besides its runs' rounds (the notebook's start, data, the figures'
@@ -1045,7 +1152,28 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
         t0 = time.time()
         done_here += 1
         claimed = {rel for r in plan["runs"] for rel in r["records"]}
-        written = run_entry(entry, root, out)
+        parked = parked_note(entry, home)
+        if parked is not None:
+            unpark(entry, root, home, parked)
+            log(f"campaign: {entry.key} goes on from round {parked['next_round']} of {parked['rounds']}, where it "
+                f"parked ({PARKED_FOLDER}/).", flush=True)
+        park_at = None
+        if budget_s is not None and entry.parkable:  # it parks at the end of the budget if it has not finished
+            park_at = t0 + budget_s - (time.monotonic() - started) - overhead
+        try:
+            written = run_entry(entry, root, out, park_at=park_at)
+        except EntryParked:
+            note = park(entry, root, home, t0)
+            if note is None:
+                raise RuntimeError(f"{entry.key}: its run parked but left no parked run folder under "
+                                   f"{root / 'results'}") from None
+            folder = str(parked_folder(entry, home).relative_to(home))
+            log(f"campaign: {entry.key} parked after round {note['next_round'] - 1} of {note['rounds']} as the "
+                f"budget ends; the next stretch on this numeric path goes on from there ({folder}).", flush=True)
+            if commit:
+                _commit(home, [folder], f"Parked: {entry.key} after round {note['next_round'] - 1} of "
+                                        f"{note['rounds']}", log)
+            return
         written += [rel for rel in leftovers(entry, root, claimed) if rel not in written]  # from a stopped run
         ran_s = _rounds_seconds(written, root)
         if ran_s > 0:  # how this stretch's machine runs this notebook, against the entry's estimate
@@ -1068,8 +1196,12 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
             log(f"campaign: {entry.key} wrote no record (its runs had records already, so another entry gives "
                 "them); the campaign stops here instead of running it again.", flush=True)
             return
+        done_parking = []
+        if parked_folder(entry, home).exists():  # its record is in: the parked run is no longer needed
+            shutil.rmtree(parked_folder(entry, home))
+            done_parking = [str(parked_folder(entry, home).relative_to(home))]
         if commit and written:
-            _commit(home, [*written, str(path.relative_to(home))], f"Record: {entry.key}", log)
+            _commit(home, [*written, str(path.relative_to(home)), *done_parking], f"Record: {entry.key}", log)
         if written and redraw_figures(root, home, out, log, reuse=executed) and commit:
             _commit(home, [report.FIGURES_FOLDER], f"Figures: redrawn from the records after {entry.key}", log)
 
@@ -1087,12 +1219,27 @@ def _first_that_fits(todo: list[Entry], plan: dict, home: Path, budget_s: float,
     goes on, so the end of a stretch is not left idle. None, said, when nothing left fits."""
     ratios = host_ratios(plan, home)
     speeds: dict[str, float] = dict(this_stretch or {})
-    waiting = None
+    waiting, here = None, None
     for entry in todo:
         if entry.notebook not in speeds:
             speeds[entry.notebook] = host_speed(plan, home, entry.notebook, ratios=ratios)[0]
-        expected = entry.estimate_s * speeds[entry.notebook] + overhead
-        if expected > budget_s:
+        note = parked_note(entry, home)
+        if note is not None and note["path_key"] != (here := here or _here_path_key()):
+            log(f"campaign: {entry.key} is parked after round {note['next_round'] - 1} of {note['rounds']} on "
+                f"another numeric path ({note.get('path_in_words', note['path_key'])}); it goes on only on that "
+                "path, so that its record names one, and the next entry goes on.", flush=True)
+            too_long.add(entry.key)
+            continue
+        share = 1.0 - (note["next_round"] - 1) / note["rounds"] if note is not None else 1.0  # the rounds left
+        expected = entry.estimate_s * share * speeds[entry.notebook] + overhead
+        if entry.parkable and expected > left and left >= PARK_MIN_S:
+            if waiting is not None:
+                log(f"campaign: {waiting[0].key} would take about {waiting[1]:.0f} s on this CPU, more than the "
+                    f"{left:.0f} s left of the budget; it waits for the next stretch.", flush=True)
+            log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the {left:.0f} s "
+                "left; it runs until the budget ends and parks, to go on in the next stretch.", flush=True)
+            return entry
+        if expected > budget_s and not entry.parkable:
             log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the whole "
                 "budget; it is left for a longer budget or a GPU (device), and the next entry goes on.", flush=True)
             too_long.add(entry.key)
@@ -1279,7 +1426,9 @@ def main(argv: list[str] | None = None) -> int:
         long_tables = _counts_by([r for r in plan["runs"] if r["key"] in too_long], lambda r: r["table"])
         lines.append(f"Longer than a stretch ({args.stretch / 3600:g} h of CPU) on this kind of CPU: {len(too_long)} "
                      f"entries, {sum(seconds[key] for key in too_long) / 3600:.1f} h here; `next --budget` passes "
-                     "them over, and a GPU (`device`) or a longer stretch runs them" + (":" if too_long else "."))
+                     "them over, and a GPU (`device`) or a longer stretch runs them, except those of "
+                     f"{', '.join(sorted(PARKABLE_METHODS))}, which park at the end of a stretch and go on in the next"
+                     + (":" if too_long else "."))
         long_here = hours_here(plan, root, seconds={key: seconds[key] for key in too_long})
         lines += [f"  {name:{width}s}  {t['entries']:3d} entries  ({long_here[name]:.1f} h here)"
                   for name, t in long_tables.items()]
@@ -1287,9 +1436,15 @@ def main(argv: list[str] | None = None) -> int:
         for notebook, rows in seeds_per_row(plan).items():
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])
         lines.append("Runs, in the order `next` takes them:")
+        known = entries_by_key()
+        parked = {key: note for key in too_long | {r["key"] for r in plan["runs"] if not r["records"]}
+                  if key in known and (note := parked_note(known[key], root)) is not None}
         lines += [f"  {'done' if r['records'] else 'bad ' if r['key'] in problems else '    '}  "
                   f"{r['estimate_s']:6.0f} s  {r['key']}" + ("  (GPU)" if r["key"] in on_gpu else "")
-                  + ("  (longer than a stretch)" if r["key"] in too_long else "")
+                  + ("  (longer than a stretch" + ("; it parks between stretches" if known[r["key"]].parkable else "")
+                     + ")" if r["key"] in too_long and r["key"] in known else "")
+                  + (f"  (parked after round {parked[r['key']]['next_round'] - 1} of {parked[r['key']]['rounds']}, "
+                     f"{parked[r['key']]['path_key']})" if r["key"] in parked else "")
                   for r in plan["runs"]]
         try:
             print("\n".join(lines), flush=True)

@@ -239,6 +239,23 @@ def test_diverging_run_is_one_line(tmp_path, monkeypatch, capsys):
     assert "not finite" in err.strip().splitlines()[-1]
 
 
+def test_a_parked_run_is_one_line_and_the_same_command_finishes_it(tmp_path, monkeypatch, capsys):
+    """PFLCORE_PARK_AT in the past: the first round ends, checkpoints and stops with one line
+    saying where the run resumes; the same command without it finishes the run."""
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--method", "fedavg", "--dataset", "digits", "--set", "model=mlp", "--num-clients", "2",
+            "--rounds", "3", "--workers", "0", "--output-dir", "out", "--name", "r", "--quiet",
+            "--set", "partition.kind=iid"]
+    monkeypatch.setenv("PFLCORE_PARK_AT", "0")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("pflcore run: fedavg (seed 0) parked after round 1 of 3, as PFLCORE_PARK_AT "
+                                            "asked; the same run resumes from round 2 (its checkpoint in out/r).")
+    monkeypatch.delenv("PFLCORE_PARK_AT")
+    assert main(args) == 0 and (tmp_path / "out" / "r" / "summary.json").exists()
+
+
 @pytest.mark.parametrize("damaged", ["summary.json", "config.json", "clients.npz", "checkpoint.pt"])
 def test_cli_names_a_damaged_result_file(tmp_path, monkeypatch, capsys, damaged):
     """A damaged file of an existing run is one line naming it; a checkpoint is never

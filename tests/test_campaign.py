@@ -6,6 +6,8 @@ the records on disk, and a damaged plan is refused in one sentence (issue 74).""
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -159,7 +161,7 @@ def test_a_redraw_in_which_a_notebook_failed_commits_the_record_and_keeps_the_co
     git("add", "-A")
     git("commit", "-q", "-m", "start")
 
-    def run_entry(entry, root, out):
+    def run_entry(entry, root, out, park_at=None):
         path = root / records.RECORDS_FOLDER / entry.notebook / "r.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
@@ -193,7 +195,7 @@ def test_a_campaign_in_a_separate_checkout_writes_records_and_plan_home_and_leav
     (root / records.RECORDS_FOLDER / campaign.PLAN).write_text("the checkout's own\n")
     (home / records.RECORDS_FOLDER / "earlier.json").write_text("{}")
 
-    def run_entry(entry, root, out):
+    def run_entry(entry, root, out, park_at=None):
         path = root / records.RECORDS_FOLDER / entry.notebook / "r.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text('{"new": 1}')
@@ -241,7 +243,7 @@ def test_an_entry_s_records_are_those_its_run_wrote_new_or_again_and_no_other(tm
 
 def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_refused(tmp_path, monkeypatch, capsys):
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
     wanted = campaign.CAMPAIGN[7].key
     campaign.next_runs(1, commit=False, root=tmp_path, first=(wanted,), log=lambda *a, **k: None)
     campaign.next_runs(1, commit=False, root=tmp_path, log=lambda *a, **k: None)
@@ -259,7 +261,7 @@ def test_bad_input_is_one_sentence_before_any_run(tmp_path, monkeypatch, capsys)
     import pytest
 
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
     assert campaign.main(["next", "--home", str(tmp_path / "no such clone")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --home ") and "is not a pflcore project" in err and err.count("\n") == 1
@@ -270,7 +272,7 @@ def test_bad_input_is_one_sentence_before_any_run(tmp_path, monkeypatch, capsys)
         assert f"a whole number of runs, 1 or more, is expected; got '{count}'." in capsys.readouterr().err
     assert ran == [], "a refused call ran something"
 
-    def fails(entry, root, out):
+    def fails(entry, root, out, park_at=None):
         raise RuntimeError(f"{entry.key}: the notebook failed (ValueError: no data); executed copy in x.ipynb")
 
     assert campaign.current_plan()["remaining"], "the shipped plan has entries left to run"
@@ -310,7 +312,7 @@ def test_a_probed_figure_run_also_gives_its_table_s_record_and_the_plan_notes_it
     monkeypatch.delenv(records.TRAIN_ENV, raising=False)
     probed = tiny_config(tmp_path, method="fedavg", rounds=2, feature_probe=2)
 
-    def run_entry(entry, root, out):
+    def run_entry(entry, root, out, park_at=None):
         with records.recording(entry.notebook):
             path = Path(run(probed).extras["written_record"])
         return [str(path.relative_to(root))]
@@ -504,7 +506,7 @@ def _t1_local(seed: int = 0):
 def test_a_damaged_or_hand_edited_plan_is_refused_in_one_sentence_naming_it(tmp_path, monkeypatch, capsys):
     _project(tmp_path, monkeypatch)
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
     key = campaign.CAMPAIGN[0].key
     damaged = {
         "not JSON": '{"runs": [',
@@ -543,7 +545,7 @@ def test_status_and_next_believe_the_records_on_disk_not_the_plan(tmp_path, monk
 
     _project(tmp_path, monkeypatch)
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
     entry, other = _t1_local(0), _t1_local(1)
     good = _recorded(tmp_path, entry)
     folder = f"{records.RECORDS_FOLDER}/{entry.notebook}"
@@ -591,7 +593,7 @@ def test_an_emptied_plan_while_its_records_exist_is_refused(tmp_path, monkeypatc
     _project(tmp_path, monkeypatch)
     shutil.copytree(ROOT / "params" / "fedpac" / "t1_main", tmp_path / "params" / "fedpac" / "t1_main")
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
     entry = _t1_local(0)
     rel = _recorded(tmp_path, entry)
     fedper = _recorded(tmp_path, _t1_local(2), method="fedper")  # FedPer's seed 2 run, no entry of Local's
@@ -661,7 +663,7 @@ def test_an_entry_that_writes_no_record_stops_the_campaign_instead_of_running_ag
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "params").mkdir()
     ran, logged = [], []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
     campaign.next_runs(3, commit=False, root=tmp_path, log=lambda *a, **k: logged.append(" ".join(map(str, a))))
     assert ran == [campaign.CAMPAIGN[0].key] and "the campaign stops here" in logged[-1]
 
@@ -774,7 +776,7 @@ def test_a_record_left_by_a_stopped_run_is_adopted_and_a_committed_one_outside_t
     plan, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
     assert problems == {}
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda e, root, out: ran.append(e.key) or [])  # read, not trained
+    monkeypatch.setattr(campaign, "run_entry", lambda e, root, out, park_at=None: ran.append(e.key) or [])  # read, not trained
     monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
     campaign.next_runs(1, commit=False, root=tmp_path, first=(entry.key,), log=lambda *a, **k: None)
     assert ran == [entry.key]
@@ -825,7 +827,7 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
     monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
     ran, logged, rounds, pace = [], [], {}, [1.5]
 
-    def run_entry(entry, root, out):  # its rounds take its estimate times the pace (1.5), and the entry 30 s more
+    def run_entry(entry, root, out, park_at=None):  # its rounds take its estimate times the pace (1.5), and the entry 30 s more
         ran.append(entry.key)
         clock[0] += pace[0] * entry.estimate_s + 30
         rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{len(rounds)}.json"
@@ -885,3 +887,121 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
         assert f"argument --budget: the seconds the entries may take, more than 0 and at most a week (604800), " \
                f"are expected; got '{bad}'." in err and "Traceback" not in err
     assert len(ran) == 2  # the bad budgets ran nothing
+
+
+# ---------------------------------------------------------------- entries longer than a stretch park between stretches
+def test_a_parkable_method_s_checkpoint_holds_one_model_and_the_others_do_not(make_config):
+    """What makes a parked run small enough to commit: after rounds that gave every client state,
+    Per-FedAvg's checkpoint holds the server's model and nothing per client, while pFedMe's (a
+    personal model per client) is several times larger."""
+    import io
+
+    import torch
+
+    from pflcore.engine import Simulation, build_data
+
+    def saved_bytes(method):
+        config = make_config(method=method, rounds=2)
+        sim = Simulation(config, build_data(config))
+        sim.run_round(0)
+        sim.run_round(1)
+        buffer = io.BytesIO()
+        torch.save(sim.snapshot(), buffer)
+        model = io.BytesIO()
+        torch.save(sim.model.state_dict(), model)
+        return buffer.tell() / model.tell()
+
+    assert all(saved_bytes(m) < 1.5 for m in campaign.PARKABLE_METHODS)
+    assert saved_bytes("pfedme") > 3  # four clients, each with its personal model
+
+
+def _parking_project(tmp_path, monkeypatch):
+    """A home project and the separate checkout a campaign stretch runs in, with a parkable entry
+    first and a budget rule that runs it: (home, checkout, entry)."""
+    home, root = tmp_path / "home", tmp_path / "checkout"
+    for project in (home, root):
+        for folder in ("notebooks", "params", records.RECORDS_FOLDER):
+            (project / folder).mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(home)
+    entry = next(e for e in campaign.CAMPAIGN if e.parkable)
+    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (1.0, 3))
+    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
+    monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
+    monkeypatch.setattr(campaign, "_here_path_key", lambda: "this-path")
+    return home, root, entry
+
+
+def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on_from_its_round(
+        tmp_path, monkeypatch):
+    """A Per-FedAvg entry longer than the budget runs until the budget ends (PFLCORE_PARK_AT) and
+    its run folder goes to home's parked-runs/ with a note; the next stretch, in a fresh checkout,
+    puts the folder back where the notebook resumes it, expects only the rounds left, and the
+    record's commit takes the parked folder away. A run parked on another numeric path waits for
+    that path, and a damaged note is one sentence."""
+    home, root, entry = _parking_project(tmp_path, monkeypatch)
+    run_dir = "results/paper/fedcp/perfedavg-pfllib-0123456789"
+    calls, logged = [], []
+
+    def parks(entry, root, out, park_at=None):
+        calls.append((root, park_at))
+        folder = root / run_dir
+        folder.mkdir(parents=True)
+        (folder / "checkpoint.pt").write_bytes(b"the state after round 120")
+        (folder / "parked.json").write_text(json.dumps({"next_round": 121, "rounds": 300, "seconds": 7000.0}))
+        raise campaign.EntryParked("RunParked: parked after round 120 of 300")
+
+    monkeypatch.setattr(campaign, "run_entry", parks)
+    budget = entry.estimate_s / 2
+    campaign.next_runs(None, commit=False, root=root, home=home, first=(entry.key,), budget_s=budget,
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    [(where, park_at)] = calls
+    assert where == root and park_at == pytest.approx(time.time() + budget - campaign.ENTRY_OVERHEAD_S, abs=5)
+    assert "it runs until the budget ends and parks, to go on in the next stretch." in logged[1]
+    parked = campaign.parked_folder(entry, home)
+    assert parked == home / "parked-runs" / "fedcp" / "t2_main" / f"perfedavg-seed{entry.seed}"
+    assert (parked / "run" / "checkpoint.pt").read_bytes() == b"the state after round 120"
+    note = campaign.parked_note(entry, home)
+    assert (note["folder"], note["next_round"], note["rounds"], note["path_key"]) == (run_dir, 121, 300, "this-path")
+    assert logged[-1].startswith(f"campaign: {entry.key} parked after round 120 of 300 as the budget ends")
+
+    # the next stretch, in a fresh checkout: the rounds left are expected, and the run is back where it resumes
+    fresh = tmp_path / "fresh"
+    for folder in ("notebooks", "params", records.RECORDS_FOLDER):
+        (fresh / folder).mkdir(parents=True)
+    seen, logged[:] = [], []
+
+    def finishes(entry, root, out, park_at=None):
+        seen.append((root / run_dir / "checkpoint.pt").read_bytes())
+        rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{entry.label}-seed{entry.seed}.json"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("{}")
+        return [rel]
+
+    monkeypatch.setattr(campaign, "run_entry", finishes)
+    monkeypatch.setattr(campaign, "_rounds_seconds", lambda rels, root: 0.0)
+    left_over = entry.estimate_s * 180 / 300 + campaign.ENTRY_OVERHEAD_S
+    campaign.next_runs(1, commit=False, root=fresh, home=home, first=(entry.key,), budget_s=left_over + 1,
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert seen == [b"the state after round 120"]
+    assert any(line.startswith(f"campaign: {entry.key} goes on from round 121 of 300") for line in logged)
+    assert not parked.exists()
+
+    # parked on another numeric path: it waits for that path, and the next entry goes on
+    other = next(e for e in campaign.CAMPAIGN if e.parkable and e.key != entry.key)
+    monkeypatch.setattr(campaign, "run_entry", parks)
+    shutil.rmtree(root / "results")
+    campaign.next_runs(None, commit=False, root=root, home=home, first=(other.key,), budget_s=budget,
+                       log=lambda *a, **k: None)
+    monkeypatch.setattr(campaign, "_here_path_key", lambda: "another-path")
+    ran, logged[:] = [], []
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    campaign.next_runs(1, commit=False, root=fresh, home=home, first=(other.key,), budget_s=budget,
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert other.key not in ran and len(ran) == 1
+    assert any(f"{other.key} is parked after round 120 of 300 on another numeric path" in line for line in logged)
+
+    # a note that is not one: one sentence naming it, before any run
+    (campaign.parked_folder(other, home) / "entry.json").write_text("{not json")
+    with pytest.raises(campaign.PlanError, match=r"entry\.json is not the note of a parked run of .*; delete "):
+        campaign.next_runs(1, commit=False, root=fresh, home=home, first=(other.key,), budget_s=budget,
+                           log=lambda *a, **k: None)

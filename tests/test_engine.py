@@ -38,6 +38,44 @@ def test_resume_equals_uninterrupted(make_config, method):
     assert not (resumed.path / "checkpoint.pt").exists()
 
 
+def test_a_parked_run_stops_after_the_round_its_time_passes_and_resumes_elsewhere_as_uninterrupted(
+        make_config, monkeypatch, tmp_path):
+    """PFLCORE_PARK_AT: the round that ends after that time checkpoints (between the periodic
+    checkpoints too), marks the folder parked and stops; the folder, copied to another output_dir
+    (another checkout, another session), resumes from the next round and ends bit for bit as the
+    uninterrupted run, with one stretch per process. A time that is not a number is one sentence."""
+    import shutil
+
+    from pflcore.engine import RunParked
+    from pflcore.engine.simulation import PARK_AT_ENV
+
+    full = run(make_config(method="perfedavg", rounds=5, name="full"))
+    cfg = make_config(method="perfedavg", rounds=5, name="parked", checkpoint_every=4)
+    rounds_done = []
+    monkeypatch.setenv(PARK_AT_ENV, "1e30")  # not yet: the first round runs on
+    monkeypatch.setattr("pflcore.engine.simulation.time.time", lambda: 2e30 if rounds_done else 0.0)
+    with pytest.raises(RunParked, match=r"parked after round 2 of 5, as PFLCORE_PARK_AT asked; the same run "
+                                        r"resumes from round 3"):
+        run(cfg, on_round_end=lambda r, record: rounds_done.append(r))
+    folder = full.path.parent / "parked"
+    assert rounds_done == [1] and not (folder / "summary.json").exists()
+    assert json.loads((folder / "parked.json").read_text())["next_round"] == 3
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(folder, moved / "parked")
+    monkeypatch.delenv(PARK_AT_ENV)
+    resumed = run(cfg.replace(output_dir=str(moved)))
+    assert strip(resumed.history) == strip(full.history)
+    np.testing.assert_array_equal(resumed.acc_history, full.acc_history)
+    assert not (resumed.path / "parked.json").exists() and not (resumed.path / "checkpoint.pt").exists()
+    assert [s["first_round"] for s in resumed.summary["provenance"]["stretches"]] == [1, 3]
+    monkeypatch.setenv(PARK_AT_ENV, "soon")
+    monkeypatch.setattr(Simulation, "run_round", lambda *a: pytest.fail("a round ran"))
+    with pytest.raises(ValueError, match=r"^PFLCORE_PARK_AT = 'soon' is not a time; give the Unix time \(seconds\) "
+                                         r"at which a run parks, or leave it unset\.$"):
+        run(make_config(method="perfedavg", rounds=5, name="bad"))
+    assert not (full.path.parent / "bad").exists()
+
+
 def test_results_directory_contents_and_skip(make_config, monkeypatch):
     result = run(make_config(rounds=2))
     files = {p.name for p in result.path.iterdir()}

@@ -11,6 +11,7 @@ Layout of ``<output_dir>/<run name>/``:
                       (a folder written before pflcore had it holds fractions, converted
                       when read)
 - ``checkpoint.pt``   while running (every ``checkpoint_every`` rounds); removed at the end
+- ``parked.json``     while parked (stopped at ``PFLCORE_PARK_AT``): the round it resumes from
 - ``arrays/``         per-round arrays a method reports (e.g. FedPAC's weight matrices)
 - ``.pflcore.lock``   while a process runs the experiment (an exclusive ``flock``)
 
@@ -109,6 +110,8 @@ def read_json(path: Path) -> Any:
 
 #: The file of a finished run holding its final server and client states.
 FINAL_STATE = "final_state.pt"
+#: A parked run's mark in its folder: the round it resumes from, when it parked (RunDirectory.write_parked).
+PARKED = "parked.json"
 #: Every accuracy pflcore reports, per client and summarised, in files and in the API.
 ACCURACY_UNIT = "percent"
 
@@ -495,6 +498,14 @@ class RunDirectory:
                                f"restart this run from round 1, or delete the folder {self.path} "
                                f"(or pass {overwrite_words()}) to start over.")
         return ckpt if ckpt.get("fingerprint") == self.fingerprint else None
+
+    def write_parked(self, note: dict) -> None:
+        """Mark the run parked (:class:`pflcore.engine.simulation.RunParked`): ``note`` says the round
+        it resumes from; the mark goes when the run goes on (:meth:`clear_parked`)."""
+        atomic_write_json(self.path / PARKED, note)
+
+    def clear_parked(self) -> None:
+        (self.path / PARKED).unlink(missing_ok=True)
 
     def save_checkpoint(self, ckpt: dict) -> None:
         atomic_torch_save(self.checkpoint_path, {**ckpt, "fingerprint": self.fingerprint})

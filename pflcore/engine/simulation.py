@@ -38,6 +38,34 @@ from .setup import initial_model, train_settings
 from .vectorised import Vectorised
 
 
+#: The environment variable that parks a run: a Unix time after which the run, at the end of its
+#: current round, writes a checkpoint and stops with :class:`RunParked` (the campaign sets it so that an
+#: entry longer than a session's stretch of compute goes on in the next one, :mod:`pflcore.campaign`).
+PARK_AT_ENV = "PFLCORE_PARK_AT"
+
+class RunParked(RuntimeError):
+    """A run stopped at the time :data:`PARK_AT_ENV` gave, with a checkpoint of its last round:
+    the same run resumes from there, and ends as an uninterrupted run would."""
+
+
+def park_time() -> float | None:
+    """The Unix time of :data:`PARK_AT_ENV`, or ``None`` when it is not set; anything that is not
+    a number is one sentence (``ValueError``)."""
+    import os
+
+    text = os.environ.get(PARK_AT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"{PARK_AT_ENV} = {text!r} is not a time; give the Unix time (seconds) at which a run "
+                         "parks, or leave it unset.")
+    return value
+
+
 class DivergenceError(RuntimeError):
     """Training produced a non-finite loss; the run stopped and kept what it wrote."""
 
@@ -313,6 +341,7 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
     directory: another process starting the same run is refused (``ResultsInUseError``).
     """
     config = as_config(config)  # a mapping is validated; anything else is one sentence (ConfigError)
+    park_at = park_time()  # a bad PFLCORE_PARK_AT is one sentence before anything is loaded or written
     rundir = RunDirectory(config, overwrite=overwrite)  # checks where results go; writes nothing
     if rundir.finished:
         return _recorded(RunResult.load(rundir.path))
@@ -342,7 +371,7 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
             scoring = records.active_notebook() is not None and not records.training_forced()
             base = finished_base_run(config) if scoring else None
             result = (_scored_from(sim, rundir, base) if base is not None
-                      else _run_rounds(sim, rundir, on_round_end))
+                      else _run_rounds(sim, rundir, on_round_end, park_at))
         finally:
             if executor is None:
                 sim.close()
@@ -436,7 +465,11 @@ def _scored_from(sim: Simulation, rundir: RunDirectory, base: RunResult) -> RunR
                    extra_summary={"scored_from": scored_from}, worker_processes=_processes_of(sim))
 
 
-def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None) -> RunResult:
+def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None,
+                park_at: float | None = None) -> RunResult:
+    """The rounds from the checkpoint (or the first), each recorded and checkpointed when due; at
+    ``park_at`` (a Unix time, :data:`PARK_AT_ENV`) the round that ends after it checkpoints and the
+    run stops with :class:`RunParked`."""
     config, data = sim.config, sim.data
     history: list[dict] = []
     acc_history: list[list[float]] = []
@@ -450,6 +483,7 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         history, acc_history, eval_rounds = ckpt["history"], _percent_history(ckpt), ckpt["eval_rounds"]
         seconds, start_round = float(ckpt["seconds"]), int(ckpt["next_round"])
         stretches = list(ckpt.get("stretches", []))
+        rundir.clear_parked()  # it goes on
     else:
         rundir.start()
         rundir.write_partition(list(data.partition.train), list(data.partition.test))
@@ -479,13 +513,20 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         seconds += time.perf_counter() - t0
         record["seconds"] = seconds
         history.append(record)
-        if (r + 1) % config.checkpoint_every == 0 and r < config.rounds - 1:
+        parking = park_at is not None and r < config.rounds - 1 and time.time() >= park_at
+        if ((r + 1) % config.checkpoint_every == 0 or parking) and r < config.rounds - 1:
             done = records.end_stretch(this_stretch, r + 1, seconds - stretch_start)
             rundir.save_checkpoint({"sim": sim.snapshot(), "history": history, "acc_history": acc_history,
                                     "accuracy_unit": ACCURACY_UNIT, "eval_rounds": eval_rounds,
                                     "seconds": seconds, "next_round": r + 1,
                                     "stretches": [*stretches, done]})
             rundir.write_progress(history)
+        if parking:
+            rundir.write_parked({"next_round": r + 2, "rounds": config.rounds, "seconds": round(seconds, 3),
+                                 "parked": records.now()})
+            raise RunParked(f"{config.method} (seed {config.seed}) parked after round {r + 1} of {config.rounds}, "
+                            f"as {PARK_AT_ENV} asked; the same run resumes from round {r + 2} (its checkpoint in "
+                            f"{rundir.path}).")
         if on_round_end is not None:
             on_round_end(r + 1, record)
 
