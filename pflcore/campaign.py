@@ -37,7 +37,7 @@ budget (:func:`host_speed`: its estimate scaled by how this kind of CPU ran the 
 recorded, or by how this stretch ran its notebook once it has), so that every run finishes in
 the stretch of compute that starts it; where the next does not fit what is left, the first after
 it that fits goes on (as ``device`` fills its budget). The exception is an entry of a method whose
-checkpoint is small (:data:`PARKABLE_METHODS`, Per-FedAvg): longer than what is left, it runs until
+checkpoint is small (:data:`PARKABLE_METHODS`, Per-FedAvg and pFedMe): longer than what is left, it runs until
 the budget ends, parks (its run folder committed in :data:`PARKED_FOLDER`) and goes on from that
 round in the next stretch on the same numeric path, ending as an uninterrupted run would.
 """
@@ -895,10 +895,12 @@ def written_since(folder: Path, before: dict[Path, tuple[int, int, int]]) -> lis
 #: the entry's record.
 PARKED_FOLDER = "parked-runs"
 #: Methods whose checkpoint holds the server's model and nothing per client, so a parked run is small
-#: enough to commit: Per-FedAvg's is 2.3 MB with FedCP's CNN, where pFedMe's, FedPHP's, FedFomo's and
-#: FedAMP's hold twenty more models (49 MB). Their entries that are longer than a stretch run until the
-#: budget ends, park, and go on in the next stretch (:func:`next_runs`) instead of waiting for a GPU.
-PARKABLE_METHODS = frozenset({"perfedavg"})
+#: enough to commit: Per-FedAvg's is 2.3 MB with FedCP's CNN, and pFedMe's too (its personal models are
+#: solved afresh in every round, :attr:`~pflcore.algorithms.base.Algorithm.rebuilt_client_state`),
+#: where FedPHP's, FedFomo's and FedAMP's hold twenty more models (49 MB). Their entries that are longer
+#: than a stretch run until the budget ends, park, and go on in the next stretch (:func:`next_runs`)
+#: instead of waiting for a GPU.
+PARKABLE_METHODS = frozenset({"perfedavg", "pfedme"})
 #: A parkable entry that does not fit what is left starts only with at least this much left.
 PARK_MIN_S = 1800.0
 

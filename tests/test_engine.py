@@ -38,6 +38,50 @@ def test_resume_equals_uninterrupted(make_config, method):
     assert not (resumed.path / "checkpoint.pt").exists()
 
 
+@pytest.mark.parametrize("participation", [1.0, 0.5])
+def test_a_checkpoint_leaves_out_state_the_next_round_rebuilds_and_the_resume_equals_uninterrupted(
+        make_config, participation):
+    """pFedMe's personal models are solved afresh in every round a client trains: the checkpoint
+    leaves them out for exactly the clients the next round trains (all of them at C = 1), keeps the
+    others', and the resumed run ends bit for bit as the uninterrupted one."""
+    full = run(make_config(method="pfedme", rounds=5, participation=participation, name="full"))
+    cfg = make_config(method="pfedme", rounds=5, participation=participation, name="killed", checkpoint_every=2)
+    run_killed_after(cfg, 3)
+    snap = torch.load(full.path.parent / "killed" / "checkpoint.pt", weights_only=True)["sim"]
+    scheduled = participants(2, num_clients=4, rounds=5, participation=participation, seed=cfg.seed).tolist()
+    assert snap["rebuilt_for"] == sorted(scheduled) and (len(scheduled) == 4) == (participation == 1.0)
+    assert [c for c, s in snap["client_states"].items() if "personal" in s] == \
+        [c for c in range(4) if c not in scheduled]
+    resumed = run(cfg)
+    assert strip(resumed.history) == strip(full.history)
+    np.testing.assert_array_equal(resumed.acc_history, full.acc_history)
+
+
+def test_a_client_that_fails_in_the_first_round_after_a_resume_without_its_rebuilt_state_stops_the_run(
+        make_config, monkeypatch):
+    """Where the client whose personal model the checkpoint left out fails in the round that would
+    have rebuilt it, it has none, where an uninterrupted run keeps its old one: one sentence, and the
+    run does not go on unlike the uninterrupted one."""
+    from pflcore.engine.results import ResultsError
+
+    cfg = make_config(method="pfedme", rounds=4, name="killed", checkpoint_every=1)
+    run_killed_after(cfg, 2)
+    dispatch = Simulation.dispatch
+
+    def client_1_fails(self, kind, ids, round_index):
+        outputs, errors = dispatch(self, kind, [c for c in ids if c != 1 or kind != "train"], round_index)
+        return outputs, {**errors, **({1: "node 1: lost"} if kind == "train" and 1 in ids else {})}
+
+    monkeypatch.setattr(Simulation, "dispatch", client_1_fails)
+    rounds = []
+    with pytest.raises(ResultsError, match=r"^client\(s\) \[1\] failed in round 3, the first after the resume, and "
+                                           r"the checkpoint does not keep their personal \(rebuilt in every round "
+                                           r"they train\), so the run cannot go on as an uninterrupted one would: run "
+                                           r"it again from its first round \(delete .*killed\)\.$"):
+        run(cfg, on_round_end=lambda r, record: rounds.append(r))
+    assert rounds == []
+
+
 def test_a_parked_run_stops_after_the_round_its_time_passes_and_resumes_elsewhere_as_uninterrupted(
         make_config, monkeypatch, tmp_path):
     """PFLCORE_PARK_AT: the round that ends after that time checkpoints (between the periodic

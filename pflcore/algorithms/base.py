@@ -232,6 +232,10 @@ class Algorithm:
     # the predictor adapts to the client's own train data by itself (fine-tuning, statistics),
     # so a new client needs nothing more (see :meth:`adapt`)
     adapts_in_predictor: ClassVar[bool] = False
+    #: keys of a client's state that its local update writes, without reading them, in every round
+    #: it trains (pFedMe's personal model, solved afresh from the received one): a checkpoint leaves
+    #: them out for the clients the next round trains, so a resumed run rebuilds them before use
+    rebuilt_client_state: ClassVar[tuple[str, ...]] = ()
     paper: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any):

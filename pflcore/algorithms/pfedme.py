@@ -46,6 +46,7 @@ class PFedMe(FedAvg):
     name = "pfedme"
     paper = "Dinh, Tran, Nguyen, NeurIPS 2020"
     predicts_globally = False
+    rebuilt_client_state = ("personal",)  # theta starts from the received w in every round it trains
     hyperparams = {
         "lam": Param(15.0, low=0, doc="lambda, the Moreau-envelope pull between theta and w_i"),
         "inner_steps": Param(5, low=1, high=10000, doc="K, steps on theta per mini-batch"),

@@ -32,7 +32,7 @@ from .executors import InProcess, WorkerPool, resolve_workers
 from .hooks import take_measurements
 from .jobs import JOB_KINDS, ClientJob, ClientWorker
 from .progress import RoundProgress
-from .results import ACCURACY_UNIT, FINAL_STATE, RunDirectory, RunResult
+from .results import ACCURACY_UNIT, FINAL_STATE, ResultsError, RunDirectory, RunResult
 from .schedule import held_out_clients, participants
 from .setup import initial_model, train_settings
 from .vectorised import Vectorised
@@ -287,10 +287,22 @@ class Simulation:
         self.executor.close()
 
     # -- checkpointing ------------------------------------------------------------------
-    def snapshot(self) -> dict:
+    def snapshot(self, next_round: int | None = None) -> dict:
         """The server and client states with every tensor on the CPU (the same tensors on a
-        CPU run), so a checkpoint or final state written on a GPU loads on any machine."""
-        return {"state": _on_cpu(self.state), "client_states": _on_cpu(self.client_states)}
+        CPU run), so a checkpoint or final state written on a GPU loads on any machine.
+
+        A checkpoint's (``next_round``, 0-based, the round a resume runs first) leaves out the
+        method's :attr:`~pflcore.algorithms.base.Algorithm.rebuilt_client_state` of the clients
+        that round trains, who write it afresh before anything reads it; ``"rebuilt_for"`` lists
+        them (pFedMe's checkpoint with FedCP's CNN and 20 clients: the server's model, not 21)."""
+        states, rebuilt = self.client_states, self.algorithm.rebuilt_client_state
+        scheduled = set(self.participants(next_round).tolist()) if (
+            rebuilt and next_round is not None and next_round < self.config.rounds) else set()
+        if scheduled:
+            states = {cid: {k: v for k, v in s.items() if k not in rebuilt} if cid in scheduled else s
+                      for cid, s in states.items()}
+        snap = {"state": _on_cpu(self.state), "client_states": _on_cpu(states)}
+        return snap if next_round is None else {**snap, "rebuilt_for": sorted(int(c) for c in scheduled)}
 
     def restore(self, snap: dict) -> None:
         """Take a snapshot's states, each tensor moved to this run's device, or to the CPU
@@ -497,6 +509,8 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         except DivergenceError:
             rundir.write_progress(history)
             raise
+        if r == start_round and ckpt is not None:
+            _check_rebuilt(sim, ckpt["sim"], record, rundir)
         extras = sim.algorithm.report(sim.state)
         arrays = {k: np.asarray(v) for k, v in extras.items() if not np.isscalar(v)}
         record.update({k: float(v) for k, v in extras.items() if np.isscalar(v)})
@@ -516,8 +530,8 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         parking = park_at is not None and r < config.rounds - 1 and time.time() >= park_at
         if ((r + 1) % config.checkpoint_every == 0 or parking) and r < config.rounds - 1:
             done = records.end_stretch(this_stretch, r + 1, seconds - stretch_start)
-            rundir.save_checkpoint({"sim": sim.snapshot(), "history": history, "acc_history": acc_history,
-                                    "accuracy_unit": ACCURACY_UNIT, "eval_rounds": eval_rounds,
+            rundir.save_checkpoint({"sim": sim.snapshot(next_round=r + 1), "history": history,
+                                    "acc_history": acc_history, "accuracy_unit": ACCURACY_UNIT, "eval_rounds": eval_rounds,
                                     "seconds": seconds, "next_round": r + 1,
                                     "stretches": [*stretches, done]})
             rundir.write_progress(history)
@@ -534,6 +548,18 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
     return _result(config, history, acc_history, eval_rounds, seconds, data, rundir,
                    getattr(sim.algorithm, "failure_counters", ()), final_state=sim.snapshot(), stretches=stretches,
                    worker_processes=_processes_of(sim))
+
+
+def _check_rebuilt(sim: Simulation, snap: dict, record: dict, rundir: RunDirectory) -> None:
+    """After the first round of a resume: a client whose rebuilt state the checkpoint left out
+    (:meth:`Simulation.snapshot`) and whose training failed in that round has none, where the
+    uninterrupted run would keep its old one; the run stops rather than go on unlike it."""
+    lost = sorted(set(snap.get("rebuilt_for", ())) & {int(c) for c in record.get("failed", {})})
+    if lost:
+        raise ResultsError(f"client(s) {lost} failed in round {record['round']}, the first after the resume, and "
+                           f"the checkpoint does not keep their {', '.join(sim.algorithm.rebuilt_client_state)} "
+                           f"(rebuilt in every round they train), so the run cannot go on as an uninterrupted one "
+                           f"would: run it again from its first round (delete {rundir.path}).")
 
 
 def _processes_of(sim: Simulation) -> int:
