@@ -929,18 +929,27 @@ def parked_note(entry: Entry, home: Path) -> dict | None:
     return note
 
 
+def _here_path() -> dict:
+    """The numeric path an entry's run takes on this machine (:func:`pflcore.numerics.numeric_path`),
+    as its record will name it: the notebooks' ``workers: auto``, one worker process per core."""
+    from . import numerics
+    from .engine.executors import resolve_workers
+
+    return numerics.numeric_path("cpu", "auto", worker_processes=resolve_workers("auto"))
+
+
 def _here_path_key() -> str:
     """The key of this machine's numeric path (:func:`pflcore.numerics.path_key`): a parked run goes
     on only where it is the same, so that its record names one path."""
     from . import numerics
 
-    return numerics.path_key(numerics.numeric_path("cpu"))
+    return numerics.path_key(_here_path())
 
 
 def _here_in_words() -> str:
     from . import numerics
 
-    return numerics.in_words(numerics.numeric_path("cpu"))
+    return numerics.in_words(_here_path())
 
 
 def park(entry: Entry, root: Path, home: Path, since: float) -> dict | None:

@@ -176,6 +176,12 @@ def in_words(path: Any) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in sorted(path.get("settings", {}).items()))
     return (f"{path.get('cpu_vendor')} {path.get('cpu_model')} (family {path.get('cpu_family')} model "
             f"{path.get('cpu_model_number')}), ATen {path.get('torch_cpu_capability')}, MKL {path.get('mkl')}, "
-            f"oneDNN {path.get('onednn')}, {path.get('training_threads', path.get('intra_op_threads'))} training "
-            f"thread(s), {path.get('executor')}"
+            f"oneDNN {path.get('onednn')}, {_threads_in_words(path)}"
             + (f", {settings}" if settings else ""))
+
+
+def _threads_in_words(path: dict) -> str:
+    processes, threads = path.get("worker_processes"), path.get("training_threads", path.get("intra_op_threads"))
+    if isinstance(processes, int) and processes > 1:
+        return f"{processes} worker processes of {threads} training thread(s) each"
+    return f"{threads} training thread(s), {path.get('executor')}"

@@ -938,6 +938,21 @@ def _parking_project(tmp_path, monkeypatch):
     return home, root, entry
 
 
+def test_the_numeric_path_a_parked_note_names_is_the_one_its_run_s_record_names(make_config):
+    """A parked run goes on only on the path its note names, so that its record names one: the
+    note's key and words are those of a run with the notebooks' ``workers: auto`` (its worker
+    processes and their one training thread each), not of the campaign's own process."""
+    from pflcore import numerics
+    from pflcore.engine import run
+
+    result = run(make_config(rounds=1, workers="auto"))
+    path = result.summary["provenance"]["numeric_path"]
+    assert campaign._here_path_key() == numerics.path_key(path)
+    assert campaign._here_in_words() == numerics.in_words(path)
+    if path["worker_processes"] > 1:  # a machine with several cores
+        assert f"{path['worker_processes']} worker processes of 1 training thread(s) each" in numerics.in_words(path)
+
+
 def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on_from_its_round(
         tmp_path, monkeypatch):
     """A Per-FedAvg entry longer than the budget runs until the budget ends (PFLCORE_PARK_AT) and
