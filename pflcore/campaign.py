@@ -1000,14 +1000,18 @@ def _host(path: dict) -> tuple[str, ...]:
 def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
     """Per notebook, the ratios of seconds of rounds to the entry's estimate of the plan's
     committed single-run records whose numeric path names this CPU (vendor, family, model,
-    kernel flags; an older record without one: its CPU's model name). Read once: every
-    :func:`host_speed` of a plan draws on the same records."""
+    kernel flags). A record older than numeric paths names only its CPU's model name, which
+    several kinds share (Intel's models 167 and 207 are both "Intel(R) Xeon(R) Processor", and
+    207 ran FedCP's rounds about 1.4 times slower): a notebook's such records count only where
+    it has none of this kind. Read once: every :func:`host_speed` of a plan draws on the same
+    records."""
     from . import numerics
 
     root = root or project_root()
     here, here_model = _host(numerics.numeric_path("cpu")), records.cpu_model()
     known = entries_by_key()
     ratios: dict[str, list[float]] = {}
+    by_model_name: dict[str, list[float]] = {}  # records without a numeric path, on a CPU of this model name
     for r in plan["runs"]:
         entry = known.get(r["key"])
         if entry is None or not _trains_once(entry) or len(r["records"]) != 1 or entry.estimate_s <= 0:
@@ -1019,11 +1023,14 @@ def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
             seconds = float(record["summary"]["seconds"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        # a record made before numeric paths were kept names its CPU's model only
-        same = _host(path) == here if numerics.is_known(path) else provenance.get("cpu_model") == here_model
-        if same and 0 < seconds < float("inf"):
-            ratios.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
-    return ratios
+        if not 0 < seconds < float("inf"):
+            continue
+        if numerics.is_known(path):
+            if _host(path) == here:
+                ratios.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
+        elif provenance.get("cpu_model") == here_model:
+            by_model_name.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
+    return {**by_model_name, **ratios}
 
 
 def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None,

@@ -816,6 +816,33 @@ def test_this_cpu_s_speed_is_the_median_of_its_records_against_their_entries_est
     assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (1.0, 0)
 
 
+def test_a_record_older_than_numeric_paths_counts_only_where_its_notebook_has_none_of_this_kind(tmp_path,
+                                                                                                monkeypatch):
+    """Records that name only a CPU model name (several kinds of CPU share one) stand in for a
+    notebook's speed here only until the notebook has a record whose numeric path names this CPU."""
+    entry, seconds, plan = _plan_with_one_record(tmp_path, monkeypatch)
+    own = next(r for r in plan["runs"] if r["key"] == entry.key)["records"][0]
+    older = _t1_local(1)
+    rel = _recorded(tmp_path, older)
+    read = campaign._read_record
+
+    def as_before_numeric_paths(path):
+        record = read(path)
+        if path.name != Path(rel).name:
+            return record
+        provenance = {k: v for k, v in record["provenance"].items() if k != "numeric_path"}
+        return {**record, "provenance": {**provenance, "cpu_model": records.cpu_model()},
+                "summary": {**record["summary"], "seconds": 40 * older.estimate_s}}
+
+    monkeypatch.setattr(campaign, "_read_record", as_before_numeric_paths)
+    campaign.write_plan({"runs": [{"key": entry.key, "records": [own]}, {"key": older.key, "records": [rel]}]},
+                        tmp_path)
+    plan = campaign.current_plan(tmp_path)
+    assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (seconds / entry.estimate_s, 1)
+    campaign.write_plan({"runs": [{"key": older.key, "records": [rel]}]}, tmp_path)
+    assert campaign.host_speed(campaign.current_plan(tmp_path), tmp_path, "fedpac/t1_main") == (40.0, 1)
+
+
 def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_path, monkeypatch, capsys):
     """Each entry's expected time is its estimate times this CPU's speed plus an entry's overhead
     (the largest measured so far); where the next does not fit what is left, the first after it
