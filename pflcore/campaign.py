@@ -1023,13 +1023,12 @@ def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
             seconds = float(record["summary"]["seconds"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if not 0 < seconds < float("inf"):
-            continue
         if numerics.is_known(path):
-            if _host(path) == here:
-                ratios.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
-        elif provenance.get("cpu_model") == here_model:
-            by_model_name.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
+            same, into = _host(path) == here, ratios
+        else:
+            same, into = provenance.get("cpu_model") == here_model, by_model_name
+        if same and 0 < seconds < float("inf"):
+            into.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
     return {**by_model_name, **ratios}
 
 

@@ -262,8 +262,8 @@ def test_pfedfda_s_claim_weighs_the_gain_under_scarcity_and_states_its_scope():
 
 
 def test_a_claim_states_its_scope_and_tests_its_close_comparisons_on_the_shipped_records():
-    """FedCP's claim rests on its MNIST columns: the practical one has 4 of its 11 baselines with
-    3 seeds, the pathological one none, so it holds "so far" and names the missing; its nearest
+    """FedCP's claim rests on its MNIST columns: the practical one has some of its 11 baselines
+    with 3 seeds, the pathological one none, so it holds "so far" and names the missing; its nearest
     rival gets a paired t over its seeds (where it has more than one) and McNemar per seed from the
     records' per-sample bits."""
     shipped = records.all_records(ROOT / "reproductions")
