@@ -929,6 +929,22 @@ def parked_note(entry: Entry, home: Path) -> dict | None:
     return note
 
 
+def share_left(note: dict | None) -> float:
+    """The share of an entry's rounds still to run: those after its parked run's (``note``,
+    :func:`parked_note`), else all of them."""
+    return 1.0 - (int(note["next_round"]) - 1) / int(note["rounds"]) if note is not None else 1.0
+
+
+def with_parked_progress(plan: dict, root: Path | None = None) -> dict:
+    """``plan`` with each parked entry's estimate cut to the rounds it has left (:func:`share_left`),
+    and its counts reckoned again, so that the hours left per table are the rounds left."""
+    root = root or project_root()
+    known = entries_by_key()
+    runs = [{**r, "estimate_s": r["estimate_s"] * share_left(parked_note(known[r["key"]], root))}
+            if not r["records"] and r["key"] in known else r for r in plan["runs"]]
+    return {**plan, "runs": runs, **current_plan_counts({"runs": runs})}
+
+
 def _here_path() -> dict:
     """The numeric path an entry's run takes on this machine (:func:`pflcore.numerics.numeric_path`),
     as its record will name it: the notebooks' ``workers: auto``, one worker process per core."""
@@ -1061,7 +1077,9 @@ def seconds_here(plan: dict, root: Path | None = None) -> dict[str, float]:
     """Per remaining entry of ``plan`` (its key), the seconds it would take on this kind of CPU,
     as ``next --budget`` reckons them: the entry's own estimate (:attr:`Entry.estimate_s`, what
     :func:`host_speed` is measured against; never the plan's estimate from a row's recorded
-    seeds, which may have run here already) times :func:`host_speed` for its notebook."""
+    seeds, which may have run here already), of a parked entry only its rounds left
+    (:func:`share_left`), times :func:`host_speed` for its notebook."""
+    root = root or project_root()
     ratios = host_ratios(plan, root)
     known = entries_by_key()
     speeds: dict[str, float] = {}
@@ -1071,7 +1089,8 @@ def seconds_here(plan: dict, root: Path | None = None) -> dict[str, float]:
             continue
         if r["notebook"] not in speeds:
             speeds[r["notebook"]] = host_speed(plan, root, r["notebook"], ratios)[0]
-        estimate = known[r["key"]].estimate_s if r["key"] in known else r["estimate_s"]
+        entry = known.get(r["key"])
+        estimate = entry.estimate_s * share_left(parked_note(entry, root)) if entry else r["estimate_s"]
         out[r["key"]] = estimate * speeds[r["notebook"]]
     return out
 
@@ -1247,8 +1266,7 @@ def _first_that_fits(todo: list[Entry], plan: dict, home: Path, budget_s: float,
                 "path, so that its record names one, and the next entry goes on.", flush=True)
             too_long.add(entry.key)
             continue
-        share = 1.0 - (note["next_round"] - 1) / note["rounds"] if note is not None else 1.0  # the rounds left
-        expected = entry.estimate_s * share * speeds[entry.notebook] + overhead
+        expected = entry.estimate_s * share_left(note) * speeds[entry.notebook] + overhead
         if entry.parkable and expected > left and left >= PARK_MIN_S:
             if waiting is not None:
                 log(f"campaign: {waiting[0].key} would take about {waiting[1]:.0f} s on this CPU, more than the "
@@ -1415,6 +1433,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         try:
             plan, problems = believed(current_plan(root), root)
+            plan = with_parked_progress(plan, root)
         except PlanError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
@@ -1460,8 +1479,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['estimate_s']:6.0f} s  {r['key']}" + ("  (GPU)" if r["key"] in on_gpu else "")
                   + ("  (longer than a stretch" + ("; it parks between stretches" if known[r["key"]].parkable else "")
                      + ")" if r["key"] in too_long and r["key"] in known else "")
-                  + (f"  (parked after round {parked[r['key']]['next_round'] - 1} of {parked[r['key']]['rounds']}, "
-                     f"{parked[r['key']]['path_key']})" if r["key"] in parked else "")
+                  + (f"  (parked after round {parked[r['key']]['next_round'] - 1} of {parked[r['key']]['rounds']}: "
+                     f"the seconds of its rounds left; on {parked[r['key']]['path_key']})"
+                     if r["key"] in parked else "")
                   for r in plan["runs"]]
         try:
             print("\n".join(lines), flush=True)

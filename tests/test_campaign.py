@@ -1054,3 +1054,34 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
     with pytest.raises(campaign.PlanError, match=r"entry\.json is not the note of a parked run of .*; delete "):
         campaign.next_runs(1, commit=False, root=fresh, home=home, first=(other.key,), budget_s=budget,
                            log=lambda *a, **k: None)
+
+
+def test_a_parked_entry_counts_only_its_rounds_left_in_the_hours_status_gives(tmp_path, monkeypatch, capsys):
+    """An entry parked after 120 of its 300 rounds has 180 left: `status` gives its table's hours,
+    by the estimates and on this kind of CPU, for those rounds only, and lists it with them."""
+    home, _, entry = _parking_project(tmp_path, monkeypatch)
+    campaign.write_plan({"runs": []}, home)
+    whole = campaign.believed(campaign.current_plan(home), home)[0]
+    parked = campaign.parked_folder(entry, home)
+    (parked / "run").mkdir(parents=True)
+    (parked / "run" / "checkpoint.pt").write_bytes(b"the state after round 120")
+    (parked / "entry.json").write_text(json.dumps({"entry": entry.key, "folder": "results/paper/fedcp/run",
+                                                   "next_round": 121, "rounds": 300, "path_key": "this-path"}))
+    assert campaign.share_left(campaign.parked_note(entry, home)) == pytest.approx(180 / 300)
+    assert campaign.share_left(None) == 1.0
+    left = campaign.with_parked_progress(whole, home)
+    row = next(r for r in left["runs"] if r["key"] == entry.key)
+    assert row["estimate_s"] == pytest.approx(entry.estimate_s * 180 / 300)
+    cut = entry.estimate_s * 120 / 300
+    assert left["remaining_estimate_s"] == pytest.approx(whole["remaining_estimate_s"] - cut)
+    assert left["tables"][entry.group]["remaining_estimate_s"] == pytest.approx(
+        whole["tables"][entry.group]["remaining_estimate_s"] - cut)
+    assert campaign.seconds_here(whole, home)[entry.key] == pytest.approx(entry.estimate_s * 180 / 300)  # speed 1
+
+    assert campaign.main(["status"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"{left['remaining_estimate_s'] / 3600:.1f} h of rounds by the estimates" in out[0]
+    table = next(line for line in out if line.startswith(f"  {entry.group} "))
+    assert f"{round(left['tables'][entry.group]['remaining_estimate_s'] / 3600, 1):6.1f} h left" in table
+    listed = next(line for line in out if line.endswith(f"s  {entry.key}") or f"s  {entry.key}  (" in line)
+    assert listed.split()[0] == f"{entry.estimate_s * 180 / 300:.0f}" and "parked after round 120 of 300" in listed
