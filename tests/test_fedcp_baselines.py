@@ -149,6 +149,16 @@ def test_fedamp_penalty_is_squared_by_default_and_the_plain_norm_on_request(make
         assert value == pytest.approx(ce + 2.0 / (2 * 4.0) * term, rel=1e-5), penalty
 
 
+def test_fedamp_with_lambda_0_gives_local_only_models_as_pfllib_s_gradient_free_penalty_does(make_config):
+    """With ``lam = 0`` the penalty is gone and each client trains alone from its own model: the
+    personal models are Local's, bit for bit (PFLlib's FedAMP, whose penalty passes no gradient)."""
+    amp = advance(simulation(make_config, method="fedamp", method_params={"lam": 0.0}), 3)
+    local = advance(simulation(make_config, method="local"), 3)
+    for cid in range(4):
+        for key, tensor in local.client_states[cid]["model"].items():
+            assert torch.equal(amp.state["models"][cid][key], tensor), (cid, key)
+
+
 def test_fedamp_server_keeps_every_clients_latest_model(make_config):
     sim = simulation(make_config, method="fedamp")
     init = {k: v.clone() for k, v in sim.state["models"][0].items()}

@@ -17,7 +17,9 @@ server holds w_i, so it is sent in the payload and clients keep no state. Distan
 the penalty cover the parameters; u_i mixes every floating-point entry of the state dict
 (BatchNorm statistics too), integer buffers are w_i's own.
 
-``penalty = "norm"`` uses lambda / (2 alpha_K) ||w - u_i|| (not squared), as PFLlib does.
+``penalty = "norm"`` uses lambda / (2 alpha_K) ||w - u_i|| (not squared), the form of PFLlib's
+penalty; PFLlib computes it on detached parameters, so there it passes no gradient and each
+client trains alone from its own model, which ``lam = 0`` reproduces.
 Defaults alpha_K = 1e3, lambda = 1, sigma = 0.1: the FedCP paper gives no FedAMP setting
 (section 4) and these are the values of its authors' MNIST scripts for 20 clients.
 """

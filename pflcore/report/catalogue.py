@@ -521,26 +521,48 @@ _FEDPAC_W_FA = (
     "alignment gains more than the paper's.")
 
 
-_FEDCP_STILL_RISING = (
+_FEDCP_RISING_ACCOUNT = (
     "Investigated with its records, not yet with a longer run. In each seed its best evaluated round comes in the last "
     "sixth of ours (rounds {best_rounds} of {rounds}, seeds {seeds}), and its best pooled accuracy rose by "
     "{late_gain} points on average from the best of the first {half_rounds} rounds to the best of all {rounds}: the "
     "row is still rising where our runs stop, at {rounds} of the paper's {paper_rounds} rounds. The paper's number is "
-    "the best evaluated round of its {paper_rounds}, a maximum over more evaluations, which can lift it further. What "
-    "remains: runs to the paper's {paper_rounds} rounds (the GPU campaign's work), to tell how much of the gap the "
-    "rounds explain.")
+    "the best evaluated round of its {paper_rounds}, a maximum over more evaluations, which can lift it further.")
+_FEDCP_RISING_REMAINS = (
+    " What remains: runs to the paper's {paper_rounds} rounds (the GPU campaign's work), to tell how much of the gap "
+    "the rounds explain.")
+_FEDCP_STILL_RISING = _FEDCP_RISING_ACCOUNT + _FEDCP_RISING_REMAINS
+
+
+#: FedProx: still rising like FedAvg, and as close to FedAvg as the paper's rows are.
+_FEDCP_FEDPROX_RISING = _FEDCP_RISING_ACCOUNT + (
+    " Its proximal term changes little here, as in the paper: its mean minus FedAvg's is {above_fedavg} points (the "
+    "paper's: {paper_above_fedavg}), so its gap to the paper is FedAvg's.") + _FEDCP_RISING_REMAINS
 
 
 _FEDCP_FLAT = (
     "Investigated with its records, not yet with a variant run. Unlike the rows still rising, this row is flat where "
     "our runs stop: over seeds {seeds} its best pooled accuracy rose by {late_gain} points on average from the best "
     "of the first {half_rounds} rounds to the best of all {rounds} (its best rounds: {best_rounds}), so the paper's "
-    "{paper_rounds} rounds could lift it only as a maximum over more evaluations does. How FedFomo runs differs from "
+    "{paper_rounds} rounds could lift it only as a maximum over more evaluations does. ")
+
+_FEDCP_FEDFOMO_FLAT = _FEDCP_FLAT + (
+    "How FedFomo runs differs from "
     "the runs behind the paper's row: ours follows FedFomo's paper (a few rounds of exploring candidates at random, "
     "affinities clipped and normalised), while PFLlib, where the authors ran their baselines, explores none, adds "
     "the raw weights to the affinities, validates on the last part of the stored train data and compares the "
     "candidates with the model from before the previous local training. What remains: the row run as PFLlib runs "
     "it (pflcore's `affinity: raw` with exploration off is a part of that), to tell whether the gap is the "
+    "algorithm's reading.")
+
+_FEDCP_FEDAMP_FLAT = _FEDCP_FLAT + (
+    "How FedAMP runs differs from PFLlib's, where the authors ran their baselines: ours follows FedAMP's paper (each "
+    "client trains from its own model with a penalty on its squared distance to its cloud model), while PFLlib's "
+    "FedAMP as it stands, since before the FedCP paper appeared, computes its penalty (the plain distance, with "
+    "another alpha_K and lambda in its example scripts) on detached copies of the parameters, so the penalty passes "
+    "no gradient and each client trains from its own model as if alone; before that, its penalty was our squared "
+    "distance, but its cloud model mixed the client's previous cloud model in place of the client's own model. The "
+    "paper does not say which version ran. What remains: the row run as PFLlib runs it now (pflcore's FedAMP with "
+    "its penalty weight `lam` off: each client trains alone from its own model), to tell whether the gap is the "
     "algorithm's reading.")
 
 
@@ -791,7 +813,9 @@ TABLES: list[TableSpec] = [
                     "weight decay: pflcore.papers.fedcp)."),
         row_names=(("fedrod", "FedRoD"),),
         row_notes=(*(("practical mnist", m, _FEDCP_STILL_RISING) for m in ("fedavg", "ditto", "fedrod", "fedcp")),
-                   ("practical mnist", "fedfomo", _FEDCP_FLAT))),
+                   ("practical mnist", "fedprox", _FEDCP_FEDPROX_RISING),
+                   ("practical mnist", "fedfomo", _FEDCP_FEDFOMO_FLAT),
+                   ("practical mnist", "fedamp", _FEDCP_FEDAMP_FLAT))),
     TableSpec(
         _A, "T2", "FedFA Table 2, label skew (its Fashion-MNIST columns run here)", "fedfa/t2_label_skew", "global_test_acc",
         "final global model on the whole test set", ("c2", "dir0.1", "dir0.5", "iid"),
