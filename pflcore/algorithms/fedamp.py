@@ -21,7 +21,8 @@ the penalty cover the parameters; u_i mixes every floating-point entry of the st
 penalty; PFLlib computes it on detached parameters, so there it passes no gradient and each
 client trains alone from its own model, which ``lam = 0`` reproduces.
 Defaults alpha_K = 1e3, lambda = 1, sigma = 0.1: the FedCP paper gives no FedAMP setting
-(section 4) and these are the values of its authors' MNIST scripts for 20 clients.
+(section 4) and these are the values of the example scripts for MNIST with 20 clients in PFLlib,
+where the FedCP authors ran their baselines.
 """
 from __future__ import annotations
 

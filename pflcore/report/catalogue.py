@@ -556,9 +556,9 @@ _FEDCP_FEDFOMO_FLAT = _FEDCP_FLAT + (
 
 _FEDCP_FEDAMP_FLAT = _FEDCP_FLAT + (
     "How FedAMP runs differs from PFLlib's, where the authors ran their baselines: ours follows FedAMP's paper (each "
-    "client trains from its own model with a penalty on its squared distance to its cloud model), while PFLlib's "
-    "FedAMP as it stands, since before the FedCP paper appeared, computes its penalty (the plain distance, with "
-    "another alpha_K and lambda in its example scripts) on detached copies of the parameters, so the penalty passes "
+    "client trains from its own model with a penalty on its squared distance to its cloud model; alpha_K, lambda and "
+    "sigma those of PFLlib's example scripts for MNIST), while PFLlib's FedAMP as it stands, since before the FedCP "
+    "paper appeared, computes its penalty (the plain distance) on detached copies of the parameters, so it passes "
     "no gradient and each client trains from its own model as if alone; before that, its penalty was our squared "
     "distance, but its cloud model mixed the client's previous cloud model in place of the client's own model. The "
     "paper does not say which version ran. What remains: the row run as PFLlib runs it now (pflcore's FedAMP with "
