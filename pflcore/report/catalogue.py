@@ -546,13 +546,12 @@ _FEDCP_FLAT = (
     "{paper_rounds} rounds could lift it only as a maximum over more evaluations does. ")
 
 _FEDCP_FEDFOMO_FLAT = _FEDCP_FLAT + (
-    "How FedFomo runs differs from "
-    "the runs behind the paper's row: ours follows FedFomo's paper (a few rounds of exploring candidates at random, "
-    "affinities clipped and normalised), while PFLlib, where the authors ran their baselines, explores none, adds "
-    "the raw weights to the affinities, validates on the last part of the stored train data and compares the "
-    "candidates with the model from before the previous local training. What remains: the row run as PFLlib runs "
-    "it (pflcore's `affinity: raw` with exploration off is a part of that), to tell whether the gap is the "
-    "algorithm's reading.")
+    "How FedFomo runs differs from the runs behind the paper's row: ours follows FedFomo's paper (a few rounds of "
+    "exploring candidates at random, affinities clipped and normalised), while PFLlib, where the authors ran their "
+    "baselines, explores none, adds the raw weights to the affinities, validates on the last part of the stored "
+    "train data and compares the candidates with the model from before the previous local training. What remains: "
+    "the row run as PFLlib runs it (pflcore's `affinity: raw` with exploration off is a part of that), to tell "
+    "whether the gap is the algorithm's reading.")
 
 _FEDCP_FEDAMP_FLAT = _FEDCP_FLAT + (
     "How FedAMP runs differs from PFLlib's, where the authors ran their baselines: ours follows FedAMP's paper (each "
