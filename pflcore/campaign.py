@@ -39,13 +39,17 @@ the stretch of compute that starts it; where the next does not fit what is left,
 it that fits goes on (as ``device`` fills its budget). The exception is an entry of a method whose
 checkpoint is small (:data:`PARKABLE_METHODS`, Per-FedAvg and pFedMe): longer than what is left, it runs until
 the budget ends, parks (its run folder committed in :data:`PARKED_FOLDER`) and goes on from that
-round in the next stretch on the same numeric path, ending as an uninterrupted run would.
+round in the next stretch on the same numeric path, ending as an uninterrupted run would. Any
+other entry's runs are given the budget's end as the time they must end by: where a machine runs
+slower than the records of its kind said, a run stops after its first few rounds
+(:class:`EntryTooSlow`) and the next entry that fits goes on, rather than overrun the stretch.
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -822,22 +826,35 @@ class EntryParked(Exception):
     """The entry's run parked at the time it was given (:func:`run_entry`'s ``park_at``)."""
 
 
-def run_entry(entry: Entry, root: Path, out: Path, park_at: float | None = None) -> list[str]:
+class EntryTooSlow(Exception):
+    """The entry's run stopped early: at its pace on this machine it would end after the time
+    it was given (:func:`run_entry`'s ``end_by``); the message is the engine's sentence."""
+
+
+def run_entry(entry: Entry, root: Path, out: Path, park_at: float | None = None,
+              end_by: float | None = None) -> list[str]:
     """Execute the entry's notebook at the paper preset; returns the records it wrote
     (paths relative to the project). ``park_at``: the Unix time at which its run parks
-    (:data:`pflcore.engine.simulation.PARK_AT_ENV`), which raises :class:`EntryParked`."""
-    from .engine.simulation import PARK_AT_ENV
+    (:data:`pflcore.engine.simulation.PARK_AT_ENV`), which raises :class:`EntryParked`;
+    ``end_by``: the Unix time by which its runs must end (:data:`~pflcore.engine.simulation.END_BY_ENV`),
+    a run whose first rounds say it would not raising :class:`EntryTooSlow`."""
+    from .engine.simulation import END_BY_ENV, PARK_AT_ENV
     from .notebooks import _environment, run_notebooks
 
     folder = root / records.RECORDS_FOLDER / entry.notebook
     before = record_stamps(folder)
     overrides = {**entry.parameters, "quiet": True,
                  "figures_dir": str(out / "figures" / entry.notebook)}  # the committed figures stay as they are
-    with _environment(**({PARK_AT_ENV: repr(park_at)} if park_at is not None else {})):
+    times = {name: repr(value) for name, value in ((PARK_AT_ENV, park_at), (END_BY_ENV, end_by)) if value is not None}
+    with _environment(**times):
         [result] = run_notebooks("paper", out / "notebooks", only=[f"notebooks/{entry.notebook}.ipynb"], root=root,
                                  overrides=overrides)
-    if result.status != "ok" and park_at is not None and "RunParked" in str(result.error or ""):
-        raise EntryParked(str(result.error))
+    error = str(result.error or "")
+    if result.status != "ok" and park_at is not None and "RunParked" in error:
+        raise EntryParked(error)
+    if result.status != "ok" and end_by is not None and "RunTooSlow" in error:
+        said = re.search(r"RunTooSlow: ([^\n]*)", re.sub(r"\x1b\[[0-9;]*m", "", error))  # the traceback's colours off
+        raise EntryTooSlow(said.group(1) if said else error)
     if result.status != "ok":
         raise RuntimeError(f"{entry.key}: the notebook failed ({result.error}); executed copy in {result.output}")
     return [str(p.relative_to(root)) for p in written_since(folder, before)]
@@ -1193,11 +1210,21 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
             unpark(entry, root, home, parked)
             log(f"campaign: {entry.key} goes on from round {parked['next_round']} of {parked['rounds']}, where it "
                 f"parked ({PARKED_FOLDER}/).", flush=True)
-        park_at = None
-        if budget_s is not None and entry.parkable:  # it parks at the end of the budget if it has not finished
-            park_at = t0 + budget_s - (time.monotonic() - started) - overhead
+        park_at = end_by = None
+        if budget_s is not None:  # a parkable entry parks at the end of the budget, another stops early if slower
+            ends = t0 + budget_s - (time.monotonic() - started) - overhead
+            park_at, end_by = (ends, None) if entry.parkable else (None, ends)
         try:
-            written = run_entry(entry, root, out, park_at=park_at)
+            written = run_entry(entry, root, out, park_at=park_at, end_by=end_by)
+        except EntryTooSlow as slow:
+            # this machine runs the notebook slower than its records said: at least the time that was left
+            left = end_by - t0
+            this_stretch[entry.notebook] = max(this_stretch.get(entry.notebook, 0.0), left / entry.estimate_s)
+            too_long.add(entry.key)
+            done_here -= 1
+            log(f"campaign: {entry.key}: {slow} It waits for a longer stretch or a GPU, and the next entry that "
+                "fits goes on.", flush=True)
+            continue
         except EntryParked:
             note = park(entry, root, home, t0)
             if note is None:

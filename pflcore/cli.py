@@ -167,9 +167,9 @@ def shorten_line(text: str, limit: int = 2000) -> str:
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe a user's mistake or a known condition in their message."""
-    from .engine.simulation import DivergenceError, RunParked
+    from .engine.simulation import DivergenceError, RunParked, RunTooSlow
 
-    return (ValueError, OSError, DivergenceError, RunParked)
+    return (ValueError, OSError, DivergenceError, RunParked, RunTooSlow)
 
 
 # ---------------------------------------------------------------------- help and pflcore list

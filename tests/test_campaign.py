@@ -6,6 +6,7 @@ the records on disk, and a damaged plan is refused in one sentence (issue 74).""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections import Counter
@@ -161,7 +162,7 @@ def test_a_redraw_in_which_a_notebook_failed_commits_the_record_and_keeps_the_co
     git("add", "-A")
     git("commit", "-q", "-m", "start")
 
-    def run_entry(entry, root, out, park_at=None):
+    def run_entry(entry, root, out, park_at=None, end_by=None):
         path = root / records.RECORDS_FOLDER / entry.notebook / "r.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
@@ -195,7 +196,7 @@ def test_a_campaign_in_a_separate_checkout_writes_records_and_plan_home_and_leav
     (root / records.RECORDS_FOLDER / campaign.PLAN).write_text("the checkout's own\n")
     (home / records.RECORDS_FOLDER / "earlier.json").write_text("{}")
 
-    def run_entry(entry, root, out, park_at=None):
+    def run_entry(entry, root, out, park_at=None, end_by=None):
         path = root / records.RECORDS_FOLDER / entry.notebook / "r.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text('{"new": 1}')
@@ -243,7 +244,7 @@ def test_an_entry_s_records_are_those_its_run_wrote_new_or_again_and_no_other(tm
 
 def test_first_runs_the_named_entry_before_the_cheapest_and_an_unknown_key_is_refused(tmp_path, monkeypatch, capsys):
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None, end_by=None: ran.append(entry.key) or [])
     wanted = campaign.CAMPAIGN[7].key
     campaign.next_runs(1, commit=False, root=tmp_path, first=(wanted,), log=lambda *a, **k: None)
     campaign.next_runs(1, commit=False, root=tmp_path, log=lambda *a, **k: None)
@@ -261,7 +262,7 @@ def test_bad_input_is_one_sentence_before_any_run(tmp_path, monkeypatch, capsys)
     import pytest
 
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None, end_by=None: ran.append(entry.key) or [])
     assert campaign.main(["next", "--home", str(tmp_path / "no such clone")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --home ") and "is not a pflcore project" in err and err.count("\n") == 1
@@ -272,7 +273,7 @@ def test_bad_input_is_one_sentence_before_any_run(tmp_path, monkeypatch, capsys)
         assert f"a whole number of runs, 1 or more, is expected; got '{count}'." in capsys.readouterr().err
     assert ran == [], "a refused call ran something"
 
-    def fails(entry, root, out, park_at=None):
+    def fails(entry, root, out, park_at=None, end_by=None):
         raise RuntimeError(f"{entry.key}: the notebook failed (ValueError: no data); executed copy in x.ipynb")
 
     assert campaign.current_plan()["remaining"], "the shipped plan has entries left to run"
@@ -312,7 +313,7 @@ def test_a_probed_figure_run_also_gives_its_table_s_record_and_the_plan_notes_it
     monkeypatch.delenv(records.TRAIN_ENV, raising=False)
     probed = tiny_config(tmp_path, method="fedavg", rounds=2, feature_probe=2)
 
-    def run_entry(entry, root, out, park_at=None):
+    def run_entry(entry, root, out, park_at=None, end_by=None):
         with records.recording(entry.notebook):
             path = Path(run(probed).extras["written_record"])
         return [str(path.relative_to(root))]
@@ -509,7 +510,7 @@ def _t1_local(seed: int = 0):
 def test_a_damaged_or_hand_edited_plan_is_refused_in_one_sentence_naming_it(tmp_path, monkeypatch, capsys):
     _project(tmp_path, monkeypatch)
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None, end_by=None: ran.append(entry.key) or [])
     key = campaign.CAMPAIGN[0].key
     damaged = {
         "not JSON": '{"runs": [',
@@ -548,7 +549,7 @@ def test_status_and_next_believe_the_records_on_disk_not_the_plan(tmp_path, monk
 
     _project(tmp_path, monkeypatch)
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None, end_by=None: ran.append(entry.key) or [])
     entry, other = _t1_local(0), _t1_local(1)
     good = _recorded(tmp_path, entry)
     folder = f"{records.RECORDS_FOLDER}/{entry.notebook}"
@@ -596,7 +597,7 @@ def test_an_emptied_plan_while_its_records_exist_is_refused(tmp_path, monkeypatc
     _project(tmp_path, monkeypatch)
     shutil.copytree(ROOT / "params" / "fedpac" / "t1_main", tmp_path / "params" / "fedpac" / "t1_main")
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None, end_by=None: ran.append(entry.key) or [])
     entry = _t1_local(0)
     rel = _recorded(tmp_path, entry)
     fedper = _recorded(tmp_path, _t1_local(2), method="fedper")  # FedPer's seed 2 run, no entry of Local's
@@ -666,7 +667,7 @@ def test_an_entry_that_writes_no_record_stops_the_campaign_instead_of_running_ag
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "params").mkdir()
     ran, logged = [], []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None, end_by=None: ran.append(entry.key) or [])
     campaign.next_runs(3, commit=False, root=tmp_path, log=lambda *a, **k: logged.append(" ".join(map(str, a))))
     assert ran == [campaign.CAMPAIGN[0].key] and "the campaign stops here" in logged[-1]
 
@@ -779,7 +780,7 @@ def test_a_record_left_by_a_stopped_run_is_adopted_and_a_committed_one_outside_t
     plan, problems = campaign.believed(campaign.current_plan(tmp_path), tmp_path)
     assert problems == {}
     ran = []
-    monkeypatch.setattr(campaign, "run_entry", lambda e, root, out, park_at=None: ran.append(e.key) or [])  # read, not trained
+    monkeypatch.setattr(campaign, "run_entry", lambda e, root, out, park_at=None, end_by=None: ran.append(e.key) or [])  # read, not trained
     monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
     campaign.next_runs(1, commit=False, root=tmp_path, first=(entry.key,), log=lambda *a, **k: None)
     assert ran == [entry.key]
@@ -857,7 +858,7 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
     monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
     ran, logged, rounds, pace = [], [], {}, [1.5]
 
-    def run_entry(entry, root, out, park_at=None):  # its rounds take its estimate times the pace (1.5), and the entry 30 s more
+    def run_entry(entry, root, out, park_at=None, end_by=None):  # its rounds take its estimate times the pace (1.5), and the entry 30 s more
         ran.append(entry.key)
         clock[0] += pace[0] * entry.estimate_s + 30
         rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{len(rounds)}.json"
@@ -920,6 +921,75 @@ def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_pat
 
 
 # ---------------------------------------------------------------- entries longer than a stretch park between stretches
+def test_an_entry_slower_here_than_its_records_stops_early_and_the_next_that_fits_goes_on(tmp_path, monkeypatch):
+    """A stretch on a machine slower than the records of its kind said: an entry that cannot park is
+    given the end of the budget as the time its runs must end by (PFLCORE_END_BY); one whose run
+    stops early for it is said in one line and not run again in this call, its notebook's later
+    entries are expected to take no less than the time it was given, and the next entry that fits
+    goes on."""
+    _project(tmp_path, monkeypatch)
+    clock = [0.0]
+    monkeypatch.setattr(campaign.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(campaign.time, "time", lambda: clock[0])
+    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (1.0, 3))
+    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
+    monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
+    slow = campaign.CAMPAIGN[0]
+    same = next(e for e in campaign.CAMPAIGN if e.notebook == slow.notebook and e.estimate_s > slow.estimate_s)
+    budget, overhead = 1000.0, campaign.ENTRY_OVERHEAD_S
+    other = next(e for e in campaign.CAMPAIGN if e.notebook != slow.notebook and not e.parkable
+                 and e.estimate_s + overhead <= budget - 60)
+    assert not slow.parkable and same.estimate_s + overhead <= budget - 60  # both fit by the records
+    said = ("local (seed 0) stopped after round 4 of 200: at 20.0 s a round here its rounds left would end "
+            "3000 s after the time PFLCORE_END_BY gave.")
+    calls, logged = [], []
+
+    def run_entry(entry, root, out, park_at=None, end_by=None):
+        calls.append((entry.key, park_at, end_by))
+        clock[0] += 60
+        if entry.key == slow.key:
+            raise campaign.EntryTooSlow(said)
+        return []  # read, not trained: the campaign stops after it
+
+    monkeypatch.setattr(campaign, "run_entry", run_entry)
+    campaign.next_runs(None, commit=False, root=tmp_path, budget_s=budget, first=(slow.key, same.key, other.key),
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    ends = budget - overhead  # the budget's end, less an entry's overhead (the figures' redraw)
+    assert calls == [(slow.key, None, ends), (other.key, None, ends)]
+    assert f"campaign: {slow.key}: {said} It waits for a longer stretch or a GPU, and the next entry that fits " \
+           f"goes on." in logged
+    expected = same.estimate_s * (ends / slow.estimate_s) + overhead  # at least the time the slow one was given
+    assert f"campaign: {same.key} would take about {expected:.0f} s on this CPU, more than the whole budget; it is " \
+           f"left for a longer budget or a GPU (device), and the next entry goes on." in logged
+
+
+def test_run_entry_gives_its_runs_the_time_they_must_end_by_and_turns_their_early_stop_into_one_sentence(
+        tmp_path, monkeypatch):
+    """run_entry's ``end_by`` reaches the notebook's kernel as PFLCORE_END_BY, and the engine's
+    RunTooSlow (the notebook's last error line, its colours off) becomes EntryTooSlow with the
+    engine's sentence; without ``end_by`` the same failure is the notebook's failure."""
+    from pflcore import notebooks
+    from pflcore.engine.simulation import END_BY_ENV
+
+    said = "ditto (seed 1) stopped after round 9 of 300: at 30.1 s a round here its rounds left would end 99 s after " \
+           "the time PFLCORE_END_BY gave."
+    seen = []
+
+    def stops(preset, out, only=None, root=None, overrides=None):
+        seen.append(os.environ.get(END_BY_ENV))
+        return [notebooks.NotebookRun(only[0], preset, "failed", 1.0, "x.ipynb",
+                                      f"\x1b[0;31mRunTooSlow\x1b[0m: {said}")]
+
+    monkeypatch.setattr(notebooks, "run_notebooks", stops)
+    entry = campaign.CAMPAIGN[0]
+    with pytest.raises(campaign.EntryTooSlow) as stopped:
+        campaign.run_entry(entry, tmp_path, tmp_path / "out", end_by=1234.5)
+    assert str(stopped.value) == said and seen == ["1234.5"] and END_BY_ENV not in os.environ
+    with pytest.raises(RuntimeError, match="the notebook failed"):
+        campaign.run_entry(entry, tmp_path, tmp_path / "out")
+    assert seen[-1] is None
+
+
 def test_a_parkable_method_s_checkpoint_holds_one_model_and_the_others_do_not(make_config):
     """What makes a parked run small enough to commit: after rounds that gave every client state,
     the checkpoint of each parkable method (Per-FedAvg; pFedMe, whose personal models the next round
@@ -991,7 +1061,8 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
     run_dir = "results/paper/fedcp/perfedavg-pfllib-0123456789"
     calls, logged = [], []
 
-    def parks(entry, root, out, park_at=None):
+    def parks(entry, root, out, park_at=None, end_by=None):
+        assert end_by is None  # a parkable entry parks at the budget's end rather than stop early
         calls.append((root, park_at))
         folder = root / run_dir
         folder.mkdir(parents=True)
@@ -1019,7 +1090,7 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
         (fresh / folder).mkdir(parents=True)
     seen, logged[:] = [], []
 
-    def finishes(entry, root, out, park_at=None):
+    def finishes(entry, root, out, park_at=None, end_by=None):
         seen.append((root / run_dir / "checkpoint.pt").read_bytes())
         rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{entry.label}-seed{entry.seed}.json"
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -1043,7 +1114,7 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
                        log=lambda *a, **k: None)
     monkeypatch.setattr(campaign, "_here_path_key", lambda: "another-path")
     ran, logged[:] = [], []
-    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None: ran.append(entry.key) or [])
+    monkeypatch.setattr(campaign, "run_entry", lambda entry, root, out, park_at=None, end_by=None: ran.append(entry.key) or [])
     campaign.next_runs(1, commit=False, root=fresh, home=home, first=(other.key,), budget_s=budget,
                        log=lambda *a, **k: logged.append(" ".join(map(str, a))))
     assert other.key not in ran and len(ran) == 1

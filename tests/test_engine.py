@@ -120,6 +120,43 @@ def test_a_parked_run_stops_after_the_round_its_time_passes_and_resumes_elsewher
     assert not (full.path.parent / "bad").exists()
 
 
+def test_a_run_whose_pace_would_end_it_after_its_end_by_time_stops_early_and_one_with_time_to_spare_is_unchanged(
+        make_config, monkeypatch):
+    """PFLCORE_END_BY (the end of a campaign's budget, for an entry that cannot park): after
+    pace_rounds rounds of a stretch, a run whose rounds left at its pace would end after that time
+    stops, saying its pace and how late it would be, and writes no summary; the same run started
+    again without the time ends as the uninterrupted run, and so does one with time to spare. A
+    time that is not a number is one sentence before anything is written."""
+    from pflcore.engine import RunTooSlow
+    from pflcore.engine.simulation import END_BY_ENV, pace_rounds
+
+    assert [pace_rounds(n) for n in (6, 133, 134, 200, 300)] == [4, 4, 5, 6, 9]
+    full = run(make_config(rounds=6, name="full"))
+    monkeypatch.setattr("pflcore.engine.simulation.time.time", lambda: 0.0)
+    monkeypatch.setenv(END_BY_ENV, "1e30")
+    spare = run(make_config(rounds=6, name="spare"))
+    assert strip(spare.history) == strip(full.history)
+    monkeypatch.setenv(END_BY_ENV, "0")  # now: any round left ends after it
+    rounds_done = []
+    cfg = make_config(rounds=6, name="late")
+    with pytest.raises(RunTooSlow, match=r"^fedavg \(seed 7\) stopped after round 4 of 6: at \d+\.\d s a round here "
+                                         r"its rounds left would end \d+ s after the time PFLCORE_END_BY gave\.$"):
+        run(cfg, on_round_end=lambda r, record: rounds_done.append(r))
+    folder = full.path.parent / "late"
+    assert rounds_done == [1, 2, 3] and not (folder / "summary.json").exists()
+    assert [m["round"] for m in json.loads((folder / "metrics.json").read_text())] == [1, 2, 3, 4]
+    monkeypatch.delenv(END_BY_ENV)
+    again = run(cfg)
+    assert strip(again.history) == strip(full.history)
+    np.testing.assert_array_equal(again.acc_history, full.acc_history)
+    monkeypatch.setenv(END_BY_ENV, "soon")
+    monkeypatch.setattr(Simulation, "run_round", lambda *a: pytest.fail("a round ran"))
+    with pytest.raises(ValueError, match=r"^PFLCORE_END_BY = 'soon' is not a time; give the Unix time \(seconds\) "
+                                         r"by which a run must end, or leave it unset\.$"):
+        run(make_config(rounds=6, name="bad"))
+    assert not (full.path.parent / "bad").exists()
+
+
 def test_results_directory_contents_and_skip(make_config, monkeypatch):
     result = run(make_config(rounds=2))
     files = {p.name for p in result.path.iterdir()}

@@ -43,17 +43,29 @@ from .vectorised import Vectorised
 #: entry longer than a session's stretch of compute goes on in the next one, :mod:`pflcore.campaign`).
 PARK_AT_ENV = "PFLCORE_PARK_AT"
 
+#: The environment variable that bounds a run that cannot park: a Unix time by which it must end.
+#: Once :func:`pace_rounds` rounds of this stretch show its pace, a run whose rounds left would end
+#: after it stops with :class:`RunTooSlow`, a few minutes in rather than hours past the time (the
+#: campaign sets it so that a stretch on a slower machine than its records goes on with what fits).
+END_BY_ENV = "PFLCORE_END_BY"
+
+
 class RunParked(RuntimeError):
     """A run stopped at the time :data:`PARK_AT_ENV` gave, with a checkpoint of its last round:
     the same run resumes from there, and ends as an uninterrupted run would."""
 
 
-def park_time() -> float | None:
-    """The Unix time of :data:`PARK_AT_ENV`, or ``None`` when it is not set; anything that is not
-    a number is one sentence (``ValueError``)."""
+class RunTooSlow(RuntimeError):
+    """A run stopped early because its pace here would end it after the time :data:`END_BY_ENV`
+    gave; what it wrote is kept (the same run resumes from its last checkpoint, if it wrote one)."""
+
+
+def _env_time(name: str, what: str) -> float | None:
+    """The Unix time in the environment variable ``name``, or ``None`` when it is not set;
+    anything that is not a number is one sentence (``ValueError``) saying ``what`` it is for."""
     import os
 
-    text = os.environ.get(PARK_AT_ENV, "").strip()
+    text = os.environ.get(name, "").strip()
     if not text:
         return None
     try:
@@ -61,9 +73,25 @@ def park_time() -> float | None:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise ValueError(f"{PARK_AT_ENV} = {text!r} is not a time; give the Unix time (seconds) at which a run "
-                         "parks, or leave it unset.")
+        raise ValueError(f"{name} = {text!r} is not a time; give the Unix time (seconds) {what}, or leave it unset.")
     return value
+
+
+def park_time() -> float | None:
+    """The Unix time of :data:`PARK_AT_ENV` (:func:`_env_time`)."""
+    return _env_time(PARK_AT_ENV, "at which a run parks")
+
+
+def end_by_time() -> float | None:
+    """The Unix time of :data:`END_BY_ENV` (:func:`_env_time`)."""
+    return _env_time(END_BY_ENV, "by which a run must end")
+
+
+def pace_rounds(rounds: int) -> int:
+    """After how many rounds of a stretch its pace is judged against :data:`END_BY_ENV`: 3% of the
+    rounds and at least 4 (the stretch's first round, which starts the worker processes and warms
+    the caches, is left out of the pace)."""
+    return max(4, math.ceil(0.03 * rounds))
 
 
 class DivergenceError(RuntimeError):
@@ -353,7 +381,7 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
     directory: another process starting the same run is refused (``ResultsInUseError``).
     """
     config = as_config(config)  # a mapping is validated; anything else is one sentence (ConfigError)
-    park_at = park_time()  # a bad PFLCORE_PARK_AT is one sentence before anything is loaded or written
+    park_at, end_by = park_time(), end_by_time()  # a bad time is one sentence before anything is loaded or written
     rundir = RunDirectory(config, overwrite=overwrite)  # checks where results go; writes nothing
     if rundir.finished:
         return _recorded(RunResult.load(rundir.path))
@@ -383,7 +411,7 @@ def run(config: ExperimentConfig | dict, *, overwrite: bool = False,
             scoring = records.active_notebook() is not None and not records.training_forced()
             base = finished_base_run(config) if scoring else None
             result = (_scored_from(sim, rundir, base) if base is not None
-                      else _run_rounds(sim, rundir, on_round_end, park_at))
+                      else _run_rounds(sim, rundir, on_round_end, park_at, end_by))
         finally:
             if executor is None:
                 sim.close()
@@ -478,10 +506,11 @@ def _scored_from(sim: Simulation, rundir: RunDirectory, base: RunResult) -> RunR
 
 
 def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[int, dict], None] | None,
-                park_at: float | None = None) -> RunResult:
+                park_at: float | None = None, end_by: float | None = None) -> RunResult:
     """The rounds from the checkpoint (or the first), each recorded and checkpointed when due; at
     ``park_at`` (a Unix time, :data:`PARK_AT_ENV`) the round that ends after it checkpoints and the
-    run stops with :class:`RunParked`."""
+    run stops with :class:`RunParked`; where the stretch's pace after :func:`pace_rounds` rounds
+    would end the run after ``end_by`` (:data:`END_BY_ENV`), it stops with :class:`RunTooSlow`."""
     config, data = sim.config, sim.data
     history: list[dict] = []
     acc_history: list[list[float]] = []
@@ -501,6 +530,7 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
         rundir.write_partition(list(data.partition.train), list(data.partition.test))
 
     this_stretch, stretch_start = records.stretch(start_round), seconds
+    judged_after, first_round_end = start_round + pace_rounds(config.rounds), seconds
     progress = _progress(range(start_round, config.rounds), config, initial=start_round)
     for r in progress:
         t0 = time.perf_counter()
@@ -541,6 +571,16 @@ def _run_rounds(sim: Simulation, rundir: RunDirectory, on_round_end: Callable[[i
             raise RunParked(f"{config.method} (seed {config.seed}) parked after round {r + 1} of {config.rounds}, "
                             f"as {PARK_AT_ENV} asked; the same run resumes from round {r + 2} (its checkpoint in "
                             f"{rundir.path}).")
+        if r == start_round:
+            first_round_end = seconds
+        if end_by is not None and r + 1 == judged_after and r < config.rounds - 1:
+            per_round = (seconds - first_round_end) / (r - start_round)
+            late = time.time() + per_round * (config.rounds - r - 1) - end_by
+            if late > 0:
+                rundir.write_progress(history)
+                raise RunTooSlow(f"{config.method} (seed {config.seed}) stopped after round {r + 1} of {config.rounds}: "
+                                 f"at {per_round:.1f} s a round here its rounds left would end {late:.0f} s after "
+                                 f"the time {END_BY_ENV} gave.")
         if on_round_end is not None:
             on_round_end(r + 1, record)
 
