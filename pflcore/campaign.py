@@ -1422,7 +1422,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "allows)")
     nxt.add_argument("--budget", type=_budget, metavar="SECONDS",
                      help="seconds the entries may take from now: an entry starts only if its estimate on this kind "
-                          "of CPU fits what is left (where the next does not, the first after it that does)")
+                          "of CPU fits what is left (where the next does not, the first after it that does), and "
+                          "one whose first rounds run too slowly here to end in it stops early")
     nxt.add_argument("--no-commit", action="store_true")
     nxt.add_argument("--home", type=Path, help="project whose reproductions/ receives the records (default: this one)")
     nxt.add_argument("--first", action="append", default=[], metavar="KEY",
