@@ -844,18 +844,25 @@ def test_a_record_older_than_numeric_paths_counts_only_where_its_notebook_has_no
     assert campaign.host_speed(campaign.current_plan(tmp_path), tmp_path, "fedpac/t1_main") == (40.0, 1)
 
 
+def _budget_clock(tmp_path, monkeypatch, speed: float) -> list[float]:
+    """An empty project for ``next --budget``: a clock the fake runs move (returned), this CPU
+    taking ``speed`` times the estimates, no figures redrawn and no records to believe."""
+    _project(tmp_path, monkeypatch)
+    clock = [0.0]
+    monkeypatch.setattr(campaign.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(campaign.time, "time", lambda: clock[0])
+    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (speed, 3))
+    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
+    monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
+    return clock
+
+
 def test_next_with_a_budget_starts_an_entry_only_if_it_fits_what_is_left(tmp_path, monkeypatch, capsys):
     """Each entry's expected time is its estimate times this CPU's speed plus an entry's overhead
     (the largest measured so far); where the next does not fit what is left, the first after it
     that fits goes on, and the campaign stops, saying so, when none does; one longer than the whole
     budget is passed over, and a bad budget is one sentence before any run."""
-    _project(tmp_path, monkeypatch)
-    clock = [0.0]
-    monkeypatch.setattr(campaign.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(campaign.time, "time", lambda: clock[0])
-    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (1.5, 3))
-    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
-    monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
+    clock = _budget_clock(tmp_path, monkeypatch, speed=1.5)
     ran, logged, rounds, pace = [], [], {}, [1.5]
 
     def run_entry(entry, root, out, park_at=None, end_by=None):  # its rounds take its estimate times the pace (1.5), and the entry 30 s more
@@ -927,13 +934,7 @@ def test_an_entry_slower_here_than_its_records_stops_early_and_the_next_that_fit
     stops early for it is said in one line and not run again in this call, its notebook's later
     entries are expected to take no less than the time it was given, and the next entry that fits
     goes on."""
-    _project(tmp_path, monkeypatch)
-    clock = [0.0]
-    monkeypatch.setattr(campaign.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(campaign.time, "time", lambda: clock[0])
-    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (1.0, 3))
-    monkeypatch.setattr(campaign, "redraw_figures", lambda *a, **k: False)
-    monkeypatch.setattr(campaign, "refuse_unbelieved", lambda home: None)
+    clock = _budget_clock(tmp_path, monkeypatch, speed=1.0)
     slow = campaign.CAMPAIGN[0]
     same = next(e for e in campaign.CAMPAIGN if e.notebook == slow.notebook and e.estimate_s > slow.estimate_s)
     budget, overhead = 1000.0, campaign.ENTRY_OVERHEAD_S
