@@ -1036,8 +1036,14 @@ def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
     kernel flags). A record older than numeric paths names only its CPU's model name, which
     several kinds share (Intel's models 167 and 207 are both "Intel(R) Xeon(R) Processor", and
     207 ran FedCP's rounds about 1.4 times slower): a notebook's such records count only where
-    it has none of this kind. Read once: every :func:`host_speed` of a plan draws on the same
-    records."""
+    it has none of this kind, and then scaled by how this kind ran against them on the notebooks
+    that have both (the median of the ratios of their medians: an AMD EPYC with AVX2 ran
+    FedPAC's rounds 2.1 times and pFedFDA's 1.4 times as long as the older records of "AMD EPYC"
+    said, so 1.8 times, and then FedCP's 2.2 times the estimates, where those records said 1.0).
+    Read once: every :func:`host_speed` of
+    a plan draws on the same records."""
+    import statistics
+
     from . import numerics
 
     root = root or project_root()
@@ -1062,7 +1068,10 @@ def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
             same, into = provenance.get("cpu_model") == here_model, by_model_name
         if same and 0 < seconds < float("inf"):
             into.setdefault(entry.notebook, []).append(seconds / entry.estimate_s)
-    return {**by_model_name, **ratios}
+    shared = [statistics.median(ratios[nb]) / statistics.median(by_model_name[nb])
+              for nb in ratios.keys() & by_model_name.keys()]
+    scale = statistics.median(shared) if shared else 1.0
+    return {**{nb: [x * scale for x in values] for nb, values in by_model_name.items()}, **ratios}
 
 
 def host_speed(plan: dict, root: Path | None = None, notebook: str | None = None,

@@ -844,6 +844,41 @@ def test_a_record_older_than_numeric_paths_counts_only_where_its_notebook_has_no
     assert campaign.host_speed(campaign.current_plan(tmp_path), tmp_path, "fedpac/t1_main") == (40.0, 1)
 
 
+def test_older_records_of_a_notebook_without_one_of_this_kind_are_scaled_by_how_this_kind_ran_against_them(
+        tmp_path, monkeypatch):
+    """Where a notebook has only records that name a CPU model name, they count at the speed this
+    kind of CPU showed against such records on a notebook that has both: this kind took twice what
+    they said on FedPAC T1, so four times the estimates on FedCP T2 where they said two."""
+    entry, seconds, plan = _plan_with_one_record(tmp_path, monkeypatch)
+    own = next(r for r in plan["runs"] if r["key"] == entry.key)["records"][0]
+    mine = seconds / entry.estimate_s
+    older_t1 = _t1_local(1)
+    older_cp = next(e for e in campaign.CAMPAIGN if e.key == "fedcp/t2_main | fedavg | seed 0")
+    named = {_recorded(tmp_path, older_t1): mine / 2, _recorded(tmp_path, older_cp): 2.0}
+    estimates = {Path(rel).name: e.estimate_s for rel, e in zip(named, (older_t1, older_cp))}
+    read = campaign._read_record
+
+    def as_before_numeric_paths(path):
+        record = read(path)
+        if path.name not in estimates:
+            return record
+        ratio = next(r for rel, r in named.items() if Path(rel).name == path.name)
+        provenance = {k: v for k, v in record["provenance"].items() if k != "numeric_path"}
+        return {**record, "provenance": {**provenance, "cpu_model": records.cpu_model()},
+                "summary": {**record["summary"], "seconds": ratio * estimates[path.name]}}
+
+    monkeypatch.setattr(campaign, "_read_record", as_before_numeric_paths)
+    (rel_t1, rel_cp), keys = named, (older_t1.key, older_cp.key)
+    runs = [{"key": entry.key, "records": [own]}, {"key": keys[0], "records": [rel_t1]},
+            {"key": keys[1], "records": [rel_cp]}]
+    campaign.write_plan({"runs": runs}, tmp_path)
+    plan = campaign.current_plan(tmp_path)
+    assert campaign.host_speed(plan, tmp_path, "fedpac/t1_main") == (mine, 1)  # its own kind's record
+    assert campaign.host_speed(plan, tmp_path, "fedcp/t2_main") == (pytest.approx(4.0), 1)
+    campaign.write_plan({"runs": runs[1:]}, tmp_path)  # no record of this kind: the older ones as they are
+    assert campaign.host_speed(campaign.current_plan(tmp_path), tmp_path, "fedcp/t2_main") == (pytest.approx(2.0), 1)
+
+
 def _budget_clock(tmp_path, monkeypatch, speed: float) -> list[float]:
     """An empty project for ``next --budget``: a clock the fake runs move (returned), this CPU
     taking ``speed`` times the estimates, no figures redrawn and no records to believe."""
