@@ -37,9 +37,11 @@ budget (:func:`host_speed`: its estimate scaled by how this kind of CPU ran the 
 recorded, or by how this stretch ran its notebook once it has), so that every run finishes in
 the stretch of compute that starts it; where the next does not fit what is left, the first after
 it that fits goes on (as ``device`` fills its budget). The exception is an entry of a method whose
-checkpoint is small (:data:`PARKABLE_METHODS`, Per-FedAvg and pFedMe): longer than what is left, it runs until
-the budget ends, parks (its run folder committed in :data:`PARKED_FOLDER`) and goes on from that
-round in the next stretch on the same numeric path, ending as an uninterrupted run would. Any
+checkpoint is small (:data:`PARKABLE_METHODS`: the server's model and at most a head per client):
+longer than what is left, it runs until the budget ends, parks (its run folder committed in
+:data:`PARKED_FOLDER`) and goes on from that round in the next stretch on the same numeric path,
+ending as an uninterrupted run would; one run at most waits parked per numeric path, and it goes
+on before any other entry there. Any
 other entry's runs are given the budget's end as the time they must end by: where a machine runs
 slower than the records of its kind said, a run stops after its first few rounds
 (:class:`EntryTooSlow`) and the next entry that fits goes on, rather than overrun the stretch.
@@ -911,13 +913,15 @@ def written_since(folder: Path, before: dict[Path, tuple[int, int, int]]) -> lis
 #: project, the numeric path it ran on, the round it resumes from). The folder goes in the commit of
 #: the entry's record.
 PARKED_FOLDER = "parked-runs"
-#: Methods whose checkpoint holds the server's model and nothing per client, so a parked run is small
-#: enough to commit: Per-FedAvg's is 2.3 MB with FedCP's CNN, and pFedMe's too (its personal models are
-#: solved afresh in every round, :attr:`~pflcore.algorithms.base.Algorithm.rebuilt_client_state`),
-#: where FedPHP's, FedFomo's and FedAMP's hold twenty more models (49 MB). Their entries that are longer
+#: Methods whose checkpoint holds the server's model and at most a classifier head per client, so a
+#: parked run is small enough to commit: FedAvg's, FedProx's, FedBABU's and Per-FedAvg's are 2.3 MB
+#: with FedCP's CNN, and pFedMe's too (its personal models are solved afresh in every round,
+#: :attr:`~pflcore.algorithms.base.Algorithm.rebuilt_client_state`); FedPer's, FedRep's and FedRoD's
+#: add a 22 kB head per client (2.8 MB with 20 clients; FedPAC's CNN, 100 clients: 1.2 MB), where
+#: FedPHP's, FedFomo's and FedAMP's hold twenty more models (49 MB). Their entries that are longer
 #: than a stretch run until the budget ends, park, and go on in the next stretch (:func:`next_runs`)
 #: instead of waiting for a GPU.
-PARKABLE_METHODS = frozenset({"perfedavg", "pfedme"})
+PARKABLE_METHODS = frozenset({"fedavg", "fedprox", "fedbabu", "fedper", "fedrep", "fedrod", "perfedavg", "pfedme"})
 #: A parkable entry that does not fit what is left starts only with at least this much left.
 PARK_MIN_S = 1800.0
 
@@ -944,6 +948,20 @@ def parked_note(entry: Entry, home: Path) -> dict | None:
                         "folder inside the project, the round it resumes from and run/checkpoint.pt); delete "
                         f"{_shown(path.parent)} to run the entry from its first round.")
     return note
+
+
+def parked_here(home: Path, here: str) -> list[str]:
+    """The keys of the entries whose run is parked in ``home`` on the numeric path ``here``
+    (:func:`_here_path_key`): one at most, as :func:`next_runs` parks."""
+    keys = []
+    for path in sorted((home / PARKED_FOLDER).glob("*/*/*/entry.json")):
+        try:
+            note = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # parked_note refuses it in one sentence when its entry comes up
+        if isinstance(note, dict) and note.get("path_key") == here and note.get("entry") in entries_by_key():
+            keys.append(note["entry"])
+    return keys
 
 
 def share_left(note: dict | None) -> float:
@@ -1198,7 +1216,9 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
     while count is None or done_here < count:
         plan = current_plan(home)
         todo = [r for r in plan["runs"] if not r["records"] and r["key"] not in too_long]
-        todo.sort(key=lambda r: first.index(r["key"]) if r["key"] in first else len(first))  # stable: then cheapest
+        waiting_here = set(parked_here(home, _here_path_key())) if budget_s is not None else set()
+        # stable: the keys asked for first, then a run parked on this path, then the cheapest
+        todo.sort(key=lambda r: (first.index(r["key"]) if r["key"] in first else len(first), r["key"] not in waiting_here))
         if not todo:
             log("campaign: every entry has its record." if not too_long else
                 f"campaign: every entry that fits the budget has its record ({len(too_long)} do not).")
@@ -1215,14 +1235,16 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
         done_here += 1
         claimed = {rel for r in plan["runs"] for rel in r["records"]}
         parked = parked_note(entry, home)
-        if parked is not None:
+        elsewhere = parked is not None and parked["path_key"] != _here_path_key()
+        if parked is not None and not elsewhere:
             unpark(entry, root, home, parked)
             log(f"campaign: {entry.key} goes on from round {parked['next_round']} of {parked['rounds']}, where it "
                 f"parked ({PARKED_FOLDER}/).", flush=True)
         park_at = end_by = None
         if budget_s is not None:  # a parkable entry parks at the end of the budget, another stops early if slower
             ends = t0 + budget_s - (time.monotonic() - started) - overhead
-            park_at, end_by = (ends, None) if entry.parkable else (None, ends)
+            parks = entry.parkable and not elsewhere and not (set(parked_here(home, _here_path_key())) - {entry.key})
+            park_at, end_by = (ends, None) if parks else (None, ends)
         try:
             written = run_entry(entry, root, out, park_at=park_at, end_by=end_by)
         except EntryTooSlow as slow:
@@ -1288,29 +1310,40 @@ def _first_that_fits(todo: list[Entry], plan: dict, home: Path, budget_s: float,
     of one kind differ from session to session by more than the kinds differ. An entry longer
     than the whole budget joins ``too_long`` (a GPU, or a longer stretch, runs it); one that fits
     the budget but not what is left waits for the next stretch, and the first after it that fits
-    goes on, so the end of a stretch is not left idle. None, said, when nothing left fits."""
+    goes on, so the end of a stretch is not left idle. A parkable entry longer than what is left
+    starts (to park at the end) only where no other run is parked on this numeric path; one parked
+    on another path goes on only there, unless it fits whole here, where it runs afresh (and the
+    parked run goes once its record is in). None, said, when nothing left fits."""
     ratios = host_ratios(plan, home)
     speeds: dict[str, float] = dict(this_stretch or {})
-    waiting, here = None, None
+    waiting, here = None, _here_path_key()
+    others_parked_here = set(parked_here(home, here))
     for entry in todo:
         if entry.notebook not in speeds:
             speeds[entry.notebook] = host_speed(plan, home, entry.notebook, ratios=ratios)[0]
         note = parked_note(entry, home)
-        if note is not None and note["path_key"] != (here := here or _here_path_key()):
-            log(f"campaign: {entry.key} is parked after round {note['next_round'] - 1} of {note['rounds']} on "
-                f"another numeric path ({note.get('path_in_words', note['path_key'])}); it goes on only on that "
-                "path, so that its record names one, and the next entry goes on.", flush=True)
+        if note is not None and note["path_key"] != here:
+            afresh = entry.estimate_s * speeds[entry.notebook] + overhead
+            where = f"is parked after round {note['next_round'] - 1} of {note['rounds']} on another numeric path " \
+                    f"({note.get('path_in_words', note['path_key'])})"
+            if afresh <= left:
+                log(f"campaign: {entry.key} {where}; it fits whole here (about {afresh:.0f} s), so it runs afresh "
+                    "here.", flush=True)
+                return entry
+            log(f"campaign: {entry.key} {where}; it goes on only on that path, so that its record names one, "
+                "and the next entry goes on.", flush=True)
             too_long.add(entry.key)
             continue
         expected = entry.estimate_s * share_left(note) * speeds[entry.notebook] + overhead
-        if entry.parkable and expected > left and left >= PARK_MIN_S:
+        parks = entry.parkable and not (others_parked_here - {entry.key})
+        if parks and expected > left and left >= PARK_MIN_S:
             if waiting is not None:
                 log(f"campaign: {waiting[0].key} would take about {waiting[1]:.0f} s on this CPU, more than the "
                     f"{left:.0f} s left of the budget; it waits for the next stretch.", flush=True)
             log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the {left:.0f} s "
                 "left; it runs until the budget ends and parks, to go on in the next stretch.", flush=True)
             return entry
-        if expected > budget_s and not entry.parkable:
+        if expected > budget_s and not parks:
             log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than the whole "
                 "budget; it is left for a longer budget or a GPU (device), and the next entry goes on.", flush=True)
             too_long.add(entry.key)
@@ -1497,10 +1530,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"({step_here.get(stage, 0.0):5.1f} h here)  ")
             lines.append(head + textwrap.shorten(STAGES[stage], 100 - len(head), placeholder=" ..."))
         long_tables = _counts_by([r for r in plan["runs"] if r["key"] in too_long], lambda r: r["table"])
+        parking = sorted({entries_by_key()[key].methods[0] for key in too_long if entries_by_key()[key].parkable})
         lines.append(f"Longer than a stretch ({args.stretch / 3600:g} h of CPU) on this kind of CPU: {len(too_long)} "
                      f"entries, {sum(seconds[key] for key in too_long) / 3600:.1f} h here; `next --budget` passes "
-                     "them over, and a GPU (`device`) or a longer stretch runs them, except those of "
-                     f"{', '.join(sorted(PARKABLE_METHODS))}, which park at the end of a stretch and go on in the next"
+                     "them over, and a GPU (`device`) or a longer stretch runs them"
+                     + (f", except those of {', '.join(parking)} (a small checkpoint), which park at the end of a "
+                        "stretch and go on in the next on the same numeric path" if parking else "")
                      + (":" if too_long else "."))
         long_here = hours_here(plan, root, seconds={key: seconds[key] for key in too_long})
         lines += [f"  {name:{width}s}  {t['entries']:3d} entries  ({long_here[name]:.1f} h here)"

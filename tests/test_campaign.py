@@ -1026,33 +1026,38 @@ def test_run_entry_gives_its_runs_the_time_they_must_end_by_and_turns_their_earl
     assert seen[-1] is None
 
 
-def test_a_parkable_method_s_checkpoint_holds_one_model_and_the_others_do_not(make_config):
+def test_a_parkable_method_s_checkpoint_holds_one_model_and_at_most_a_head_per_client_and_the_others_do_not(
+        make_config):
     """What makes a parked run small enough to commit: after rounds that gave every client state,
-    the checkpoint of each parkable method (Per-FedAvg; pFedMe, whose personal models the next round
-    solves afresh) holds the server's model and nothing per client, while FedPHP's and Ditto's (a
-    model per client that carries over between rounds) are several times larger, and pFedMe's is
-    too where the next round does not train every client."""
+    the checkpoint of each parkable method (FedAvg, FedProx, FedBABU, Per-FedAvg; pFedMe, whose
+    personal models the next round solves afresh; FedPer, FedRep and FedRoD, a head per client)
+    holds the server's model and at most a classifier head per client, while FedPHP's and Ditto's
+    (a model per client that carries over between rounds) are larger, and pFedMe's is too where
+    the next round does not train every client."""
     import io
 
     import torch
 
     from pflcore.engine import Simulation, build_data
 
-    def saved_bytes(method, **changes):
+    def saved(state) -> int:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        return buffer.tell()
+
+    def bound_ratio(method, **changes):
+        """The checkpoint's bytes over those of the server's model and a head per client."""
         config = make_config(method=method, rounds=3, **changes)
         sim = Simulation(config, build_data(config))
         for r in range(2):
             sim.run_round(r, clients=range(config.num_clients))  # every client trains, so each has state
-        buffer = io.BytesIO()
-        torch.save(sim.snapshot(next_round=2), buffer)
-        model = io.BytesIO()
-        torch.save(sim.model.state_dict(), model)
-        return buffer.tell() / model.tell()
+        model, head = saved(sim.model.state_dict()), saved(sim.model.head.state_dict())
+        return saved(sim.snapshot(next_round=2)) / (model + config.num_clients * head)
 
-    assert campaign.PARKABLE_METHODS >= {"perfedavg", "pfedme"}
-    assert all(saved_bytes(m) < 1.5 for m in campaign.PARKABLE_METHODS)
-    assert saved_bytes("fedphp") > 3 and saved_bytes("ditto") > 3  # four clients, each with its own model
-    assert saved_bytes("pfedme", participation=0.25) > 2.5  # three clients sit the next round out
+    assert campaign.PARKABLE_METHODS >= {"perfedavg", "pfedme", "fedper", "fedprox"}
+    assert all(bound_ratio(m) <= 1.0 for m in campaign.PARKABLE_METHODS)
+    assert bound_ratio("fedphp") > 2 and bound_ratio("ditto") > 2  # four clients, each with its own model
+    assert bound_ratio("pfedme", participation=0.25) > 1.5  # three clients sit the next round out
 
 
 def _parking_project(tmp_path, monkeypatch):
@@ -1142,8 +1147,8 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
     assert any(line.startswith(f"campaign: {entry.key} goes on from round 121 of 300") for line in logged)
     assert not parked.exists()
 
-    # parked on another numeric path: it waits for that path, and the next entry goes on
-    other = next(e for e in campaign.CAMPAIGN if e.parkable and e.key != entry.key)
+    # parked on another numeric path: it waits for that path (it does not fit whole here), and the next entry goes on
+    other = next(e for e in campaign.CAMPAIGN if e.parkable and e.key != entry.key and e.estimate_s > budget)
     monkeypatch.setattr(campaign, "run_entry", parks)
     shutil.rmtree(root / "results")
     campaign.next_runs(None, commit=False, root=root, home=home, first=(other.key,), budget_s=budget,
@@ -1161,6 +1166,75 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
     with pytest.raises(campaign.PlanError, match=r"entry\.json is not the note of a parked run of .*; delete "):
         campaign.next_runs(1, commit=False, root=fresh, home=home, first=(other.key,), budget_s=budget,
                            log=lambda *a, **k: None)
+
+
+def _park_by_hand(entry, home, path_key: str, next_round: int = 121) -> None:
+    """``entry``'s run parked in ``home`` after round ``next_round - 1`` of 300 on ``path_key``."""
+    parked = campaign.parked_folder(entry, home)
+    (parked / "run").mkdir(parents=True)
+    (parked / "run" / "checkpoint.pt").write_bytes(b"the state")
+    (parked / "entry.json").write_text(json.dumps({"entry": entry.key, "folder": f"results/paper/{entry.label}",
+                                                   "next_round": next_round, "rounds": 300, "path_key": path_key}))
+
+
+def test_one_run_at_most_parks_per_numeric_path_and_it_goes_on_before_any_other_entry_there(tmp_path, monkeypatch):
+    """With a run parked on this path, the campaign goes on with it before the cheapest entry, and
+    another parkable entry longer than what is left does not start to park beside it (the first
+    asked for is passed over; it parks once this path has none); parked runs are found by path."""
+    home, root, entry = _parking_project(tmp_path, monkeypatch)
+    campaign.write_plan({"runs": []}, home)
+    other = next(e for e in campaign.CAMPAIGN if e.parkable and e.key != entry.key and e.estimate_s > 4000)
+    _park_by_hand(entry, home, "this-path")
+    _park_by_hand(next(e for e in campaign.CAMPAIGN if e.parkable and e.key not in (entry.key, other.key)), home,
+                  "another-path")
+    assert campaign.parked_here(home, "this-path") == [entry.key]
+    calls = []
+
+    def parks(e, root, out, park_at=None, end_by=None):
+        calls.append((e.key, park_at is not None, end_by is not None))
+        raise campaign.EntryParked("RunParked")
+
+    monkeypatch.setattr(campaign, "run_entry", parks)
+    monkeypatch.setattr(campaign, "park", lambda *a: {"next_round": 200, "rounds": 300})
+    campaign.next_runs(None, commit=False, root=root, home=home, budget_s=3000, log=lambda *a, **k: None)
+    assert calls == [(entry.key, True, False)]  # not the cheapest entry: the run parked here goes on
+    calls.clear()
+    campaign.next_runs(None, commit=False, root=root, home=home, first=(other.key,), budget_s=3000,
+                       log=lambda *a, **k: None)
+    assert calls == [(entry.key, True, False)]  # the other would park beside it: passed over
+    shutil.rmtree(campaign.parked_folder(entry, home))
+    calls.clear()
+    campaign.next_runs(None, commit=False, root=root, home=home, first=(other.key,), budget_s=3000,
+                       log=lambda *a, **k: None)
+    assert calls == [(other.key, True, False)]
+
+
+def test_an_entry_parked_on_another_path_that_fits_whole_here_runs_afresh_and_its_record_ends_the_parking(
+        tmp_path, monkeypatch):
+    """A parked run goes on only on its numeric path, but where the whole entry fits what is left
+    here it runs from its first round, bounded by the budget's end (it stops early rather than park
+    on a second path); the parked run stays where it is until the record is in, and then goes."""
+    home, root, entry = _parking_project(tmp_path, monkeypatch)
+    campaign.write_plan({"runs": []}, home)
+    _park_by_hand(entry, home, "another-path")
+    seen, logged = [], []
+
+    def finishes(e, root, out, park_at=None, end_by=None):
+        seen.append((e.key, park_at, end_by is not None, (root / "results").exists()))
+        rel = f"{records.RECORDS_FOLDER}/{e.notebook}/{e.label}-seed{e.seed}.json"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("{}")
+        return [rel]
+
+    monkeypatch.setattr(campaign, "run_entry", finishes)
+    monkeypatch.setattr(campaign, "_rounds_seconds", lambda rels, root: 0.0)
+    budget = entry.estimate_s + campaign.ENTRY_OVERHEAD_S + 60
+    campaign.next_runs(1, commit=False, root=root, home=home, first=(entry.key,), budget_s=budget,
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert seen == [(entry.key, None, True, False)]  # from round 1, not unparked, and it cannot park
+    assert any(f"{entry.key} is parked after round 120 of 300 on another numeric path" in line
+               and "it fits whole here" in line for line in logged)
+    assert not campaign.parked_folder(entry, home).exists()
 
 
 def test_a_parked_entry_counts_only_its_rounds_left_in_the_hours_status_gives(tmp_path, monkeypatch, capsys):
