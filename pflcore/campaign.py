@@ -924,6 +924,13 @@ PARKED_FOLDER = "parked-runs"
 PARKABLE_METHODS = frozenset({"fedavg", "fedprox", "fedbabu", "fedper", "fedrep", "fedrod", "perfedavg", "pfedme"})
 #: A parkable entry that does not fit what is left starts only with at least this much left.
 PARK_MIN_S = 1800.0
+#: A parked run ends within this many stretches on its numeric path, the one that starts it counted
+#: (what is left of it, then whole :data:`STRETCH_S`): an entry expected to take longer here does not
+#: start, and one whose first rounds run slower than that stops early
+#: (:data:`~pflcore.engine.simulation.END_BY_ENV`), so that no entry is tied for long to a machine that runs it slowly (an AMD EPYC with AVX2
+#: ran Per-FedAvg's FedCP rounds about three times as long as the estimates). pFedMe's FedCP entries,
+#: about 22,000 s on the Intel Xeon that parks them, fit.
+PARK_STRETCHES = 3
 
 
 def parked_folder(entry: Entry, home: Path) -> Path:
@@ -1244,7 +1251,9 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
         if budget_s is not None:  # a parkable entry parks at the end of the budget, another stops early if slower
             ends = t0 + budget_s - (time.monotonic() - started) - overhead
             parks = entry.parkable and not elsewhere and not (set(parked_here(home, _here_path_key())) - {entry.key})
-            park_at, end_by = (ends, None) if parks else (None, ends)
+            # a parked run ends within PARK_STRETCHES stretches here, or stops after its first rounds
+            park_at, end_by = ((ends, None if parked else ends + (PARK_STRETCHES - 1) * STRETCH_S) if parks
+                               else (None, ends))
         try:
             written = run_entry(entry, root, out, park_at=park_at, end_by=end_by)
         except EntryTooSlow as slow:
@@ -1336,6 +1345,11 @@ def _first_that_fits(todo: list[Entry], plan: dict, home: Path, budget_s: float,
             continue
         expected = entry.estimate_s * share_left(note) * speeds[entry.notebook] + overhead
         parks = entry.parkable and not (others_parked_here - {entry.key})
+        if parks and note is None and expected > left + (PARK_STRETCHES - 1) * STRETCH_S:
+            log(f"campaign: {entry.key} would take about {expected:.0f} s on this CPU, more than {PARK_STRETCHES} "
+                "stretches; it does not park here, and waits for a faster machine or a GPU (device).", flush=True)
+            too_long.add(entry.key)
+            continue
         if parks and expected > left and left >= PARK_MIN_S:
             if waiting is not None:
                 log(f"campaign: {waiting[0].key} would take about {waiting[1]:.0f} s on this CPU, more than the "
@@ -1530,12 +1544,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"({step_here.get(stage, 0.0):5.1f} h here)  ")
             lines.append(head + textwrap.shorten(STAGES[stage], 100 - len(head), placeholder=" ..."))
         long_tables = _counts_by([r for r in plan["runs"] if r["key"] in too_long], lambda r: r["table"])
-        parking = sorted({entries_by_key()[key].methods[0] for key in too_long if entries_by_key()[key].parkable})
+        parking = sorted({entries_by_key()[key].methods[0] for key in too_long if entries_by_key()[key].parkable
+                          and seconds[key] <= PARK_STRETCHES * args.stretch})
         lines.append(f"Longer than a stretch ({args.stretch / 3600:g} h of CPU) on this kind of CPU: {len(too_long)} "
                      f"entries, {sum(seconds[key] for key in too_long) / 3600:.1f} h here; `next --budget` passes "
                      "them over, and a GPU (`device`) or a longer stretch runs them"
                      + (f", except those of {', '.join(parking)} (a small checkpoint), which park at the end of a "
-                        "stretch and go on in the next on the same numeric path" if parking else "")
+                        f"stretch and go on in the next on the same numeric path (within {PARK_STRETCHES} stretches)" if parking else "")
                      + (":" if too_long else "."))
         long_here = hours_here(plan, root, seconds={key: seconds[key] for key in too_long})
         lines += [f"  {name:{width}s}  {t['entries']:3d} entries  ({long_here[name]:.1f} h here)"

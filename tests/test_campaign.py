@@ -1103,7 +1103,8 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
     calls, logged = [], []
 
     def parks(entry, root, out, park_at=None, end_by=None):
-        assert end_by is None  # a parkable entry parks at the budget's end rather than stop early
+        # a parkable entry parks at the budget's end; it stops early only if it would not end in three stretches
+        assert end_by == park_at + (campaign.PARK_STRETCHES - 1) * campaign.STRETCH_S
         calls.append((root, park_at))
         folder = root / run_dir
         folder.mkdir(parents=True)
@@ -1206,7 +1207,25 @@ def test_one_run_at_most_parks_per_numeric_path_and_it_goes_on_before_any_other_
     calls.clear()
     campaign.next_runs(None, commit=False, root=root, home=home, first=(other.key,), budget_s=3000,
                        log=lambda *a, **k: None)
-    assert calls == [(other.key, True, False)]
+    assert calls == [(other.key, True, True)]  # fresh: it also stops early if it would not end in three stretches
+
+
+def test_a_parkable_entry_that_would_take_more_than_three_stretches_here_does_not_start_to_park(
+        tmp_path, monkeypatch):
+    """No entry is tied for long to a machine that runs it slowly: where this CPU would take more
+    than what is left and two more stretches, a parkable entry is passed over, said in one line."""
+    home, root, entry = _parking_project(tmp_path, monkeypatch)
+    campaign.write_plan({"runs": []}, home)
+    budget = 3000.0
+    slow = (budget + (campaign.PARK_STRETCHES - 1) * campaign.STRETCH_S) / entry.estimate_s * 1.05
+    monkeypatch.setattr(campaign, "host_speed", lambda plan, root=None, notebook=None, ratios=None: (slow, 3))
+    ran, logged = [], []
+    monkeypatch.setattr(campaign, "run_entry", lambda e, root, out, park_at=None, end_by=None: ran.append(e.key) or [])
+    campaign.next_runs(1, commit=False, root=root, home=home, first=(entry.key,), budget_s=budget,
+                       log=lambda *a, **k: logged.append(" ".join(map(str, a))))
+    assert entry.key not in ran
+    assert any(line.startswith(f"campaign: {entry.key} would take about") and "more than 3 stretches; it does not "
+               "park here" in line for line in logged)
 
 
 def test_an_entry_parked_on_another_path_that_fits_whole_here_runs_afresh_and_its_record_ends_the_parking(
