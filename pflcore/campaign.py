@@ -40,8 +40,9 @@ it that fits goes on (as ``device`` fills its budget). The exception is an entry
 checkpoint is small (:data:`PARKABLE_METHODS`: the server's model and at most a head per client):
 longer than what is left, it runs until the budget ends, parks (its run folder committed in
 :data:`PARKED_FOLDER`) and goes on from that round in the next stretch on the same numeric path,
-ending as an uninterrupted run would; one run at most waits parked per numeric path, and it goes
-on before any other entry there. Any
+ending as an uninterrupted run would; one run at most waits parked per numeric path, it goes on
+before any other entry there, and only an entry that ends within :data:`PARK_STRETCHES` stretches
+there parks. Any
 other entry's runs are given the budget's end as the time they must end by: where a machine runs
 slower than the records of its kind said, a run stops after its first few rounds
 (:class:`EntryTooSlow`) and the next entry that fits goes on, rather than overrun the stretch.
