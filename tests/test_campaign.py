@@ -1076,6 +1076,14 @@ def _parking_project(tmp_path, monkeypatch):
     return home, root, entry
 
 
+def _stand_in_record(entry, root) -> list[str]:
+    """What a fake ``run_entry`` returns: an empty file where ``entry``'s record would go in ``root``."""
+    rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{entry.label}-seed{entry.seed}.json"
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text("{}")
+    return [rel]
+
+
 def test_the_numeric_path_a_parked_note_names_is_the_one_its_run_s_record_names(make_config):
     """A parked run goes on only on the path its note names, so that its record names one: the
     note's key and words are those of a run with the notebooks' ``workers: auto`` (its worker
@@ -1134,10 +1142,7 @@ def test_a_parkable_entry_parks_at_the_budget_s_end_and_the_next_stretch_goes_on
 
     def finishes(entry, root, out, park_at=None, end_by=None):
         seen.append((root / run_dir / "checkpoint.pt").read_bytes())
-        rel = f"{records.RECORDS_FOLDER}/{entry.notebook}/{entry.label}-seed{entry.seed}.json"
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("{}")
-        return [rel]
+        return _stand_in_record(entry, root)
 
     monkeypatch.setattr(campaign, "run_entry", finishes)
     monkeypatch.setattr(campaign, "_rounds_seconds", lambda rels, root: 0.0)
@@ -1240,10 +1245,7 @@ def test_an_entry_parked_on_another_path_that_fits_whole_here_runs_afresh_and_it
 
     def finishes(e, root, out, park_at=None, end_by=None):
         seen.append((e.key, park_at, end_by is not None, (root / "results").exists()))
-        rel = f"{records.RECORDS_FOLDER}/{e.notebook}/{e.label}-seed{e.seed}.json"
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("{}")
-        return [rel]
+        return _stand_in_record(e, root)
 
     monkeypatch.setattr(campaign, "run_entry", finishes)
     monkeypatch.setattr(campaign, "_rounds_seconds", lambda rels, root: 0.0)
