@@ -928,9 +928,10 @@ PARK_MIN_S = 1800.0
 #: A parked run ends within this many stretches on its numeric path, the one that starts it counted
 #: (what is left of it, then whole :data:`STRETCH_S`): an entry expected to take longer here does not
 #: start, and one whose first rounds run slower than that stops early
-#: (:data:`~pflcore.engine.simulation.END_BY_ENV`), so that no entry is tied for long to a machine that runs it slowly (an AMD EPYC with AVX2
-#: ran Per-FedAvg's FedCP rounds about three times as long as the estimates). pFedMe's FedCP entries,
-#: about 22,000 s on the Intel Xeon that parks them, fit.
+#: (:data:`~pflcore.engine.simulation.END_BY_ENV`), so that no entry is tied for long to a machine
+#: that runs it slowly (an AMD EPYC with AVX2 ran FedCP's rounds 2.2 (FedPer) to 3 (Per-FedAvg)
+#: times as long as the estimates). pFedMe's FedCP entries, about 22,000 s on the Intel Xeon that
+#: parks them, fit.
 PARK_STRETCHES = 3
 
 
@@ -1066,8 +1067,7 @@ def host_ratios(plan: dict, root: Path | None = None) -> dict[str, list[float]]:
     that have both (the median of the ratios of their medians: an AMD EPYC with AVX2 ran
     FedPAC's rounds 2.1 times and pFedFDA's 1.4 times as long as the older records of "AMD EPYC"
     said, so 1.8 times, and then FedCP's 2.2 times the estimates, where those records said 1.0).
-    Read once: every :func:`host_speed` of
-    a plan draws on the same records."""
+    Read once: every :func:`host_speed` of a plan draws on the same records."""
     import statistics
 
     from . import numerics
@@ -1226,7 +1226,8 @@ def next_runs(count: int | None = 1, commit: bool = True, root: Path | None = No
         todo = [r for r in plan["runs"] if not r["records"] and r["key"] not in too_long]
         waiting_here = set(parked_here(home, _here_path_key())) if budget_s is not None else set()
         # stable: the keys asked for first, then a run parked on this path, then the cheapest
-        todo.sort(key=lambda r: (first.index(r["key"]) if r["key"] in first else len(first), r["key"] not in waiting_here))
+        todo.sort(key=lambda r: (first.index(r["key"]) if r["key"] in first else len(first),
+                                 r["key"] not in waiting_here))
         if not todo:
             log("campaign: every entry has its record." if not too_long else
                 f"campaign: every entry that fits the budget has its record ({len(too_long)} do not).")
@@ -1551,7 +1552,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"entries, {sum(seconds[key] for key in too_long) / 3600:.1f} h here; `next --budget` passes "
                      "them over, and a GPU (`device`) or a longer stretch runs them"
                      + (f", except those of {', '.join(parking)} (a small checkpoint), which park at the end of a "
-                        f"stretch and go on in the next on the same numeric path (within {PARK_STRETCHES} stretches)" if parking else "")
+                        "stretch and go on in the next on the same numeric path (within "
+                        f"{PARK_STRETCHES} stretches)" if parking else "")
                      + (":" if too_long else "."))
         long_here = hours_here(plan, root, seconds={key: seconds[key] for key in too_long})
         lines += [f"  {name:{width}s}  {t['entries']:3d} entries  ({long_here[name]:.1f} h here)"
