@@ -1546,14 +1546,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"({step_here.get(stage, 0.0):5.1f} h here)  ")
             lines.append(head + textwrap.shorten(STAGES[stage], 100 - len(head), placeholder=" ..."))
         long_tables = _counts_by([r for r in plan["runs"] if r["key"] in too_long], lambda r: r["table"])
-        parking = sorted({entries_by_key()[key].methods[0] for key in too_long if entries_by_key()[key].parkable
-                          and seconds[key] <= PARK_STRETCHES * args.stretch})
+        known = entries_by_key()
+        parks_here = {key for key in too_long if known[key].parkable and seconds[key] <= PARK_STRETCHES * args.stretch}
+        parking = ", ".join(sorted({known[key].methods[0] for key in parks_here}))
         lines.append(f"Longer than a stretch ({args.stretch / 3600:g} h of CPU) on this kind of CPU: {len(too_long)} "
                      f"entries, {sum(seconds[key] for key in too_long) / 3600:.1f} h here; `next --budget` passes "
                      "them over, and a GPU (`device`) or a longer stretch runs them"
-                     + (f", except those of {', '.join(parking)} (a small checkpoint), which park at the end of a "
-                        "stretch and go on in the next on the same numeric path (within "
-                        f"{PARK_STRETCHES} stretches)" if parking else "")
+                     + (f", except those of {parking} (a small checkpoint), which park at the end of a stretch and "
+                        f"go on in the next on the same numeric path (within {PARK_STRETCHES} stretches)"
+                        if parking else "")
                      + (":" if too_long else "."))
         long_here = hours_here(plan, root, seconds={key: seconds[key] for key in too_long})
         lines += [f"  {name:{width}s}  {t['entries']:3d} entries  ({long_here[name]:.1f} h here)"
@@ -1562,12 +1563,11 @@ def main(argv: list[str] | None = None) -> int:
         for notebook, rows in seeds_per_row(plan).items():
             lines += _wrapped(f"  {notebook}:", [f"{label} {done}/{planned}" for label, done, planned in rows])
         lines.append("Runs, in the order `next` takes them:")
-        known = entries_by_key()
         parked = {key: note for key in too_long | {r["key"] for r in plan["runs"] if not r["records"]}
                   if key in known and (note := parked_note(known[key], root)) is not None}
         lines += [f"  {'done' if r['records'] else 'bad ' if r['key'] in problems else '    '}  "
                   f"{r['estimate_s']:6.0f} s  {r['key']}" + ("  (GPU)" if r["key"] in on_gpu else "")
-                  + ("  (longer than a stretch" + ("; it parks between stretches" if known[r["key"]].parkable else "")
+                  + ("  (longer than a stretch" + ("; it parks between stretches" if r["key"] in parks_here else "")
                      + ")" if r["key"] in too_long and r["key"] in known else "")
                   + (f"  (parked after round {parked[r['key']]['next_round'] - 1} of {parked[r['key']]['rounds']}: "
                      f"the seconds of its rounds left; on {parked[r['key']]['path_key']})"
